@@ -1,0 +1,1 @@
+"""Windows over the feature store, participant splits and the Lightning datamodule."""

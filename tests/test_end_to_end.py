@@ -1,0 +1,56 @@
+"""Raw demo media -> feature store -> training -> test metrics, then evaluate.py on the checkpoint."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from src.pipeline import evaluate, train
+from src.utils import PROJECT_ROOT
+
+
+def _cfg(name: str, overrides: list[str], out: Path):
+    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_dataset, tiny_store, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = _cfg("train", [
+        f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
+        "data.split_fractions=[0.5,0.25,0.25]", "data.batch_size=16", "data.extract_workers=1",
+        "model.optimizer.lr=3e-3", "trainer.max_epochs=12", "trainer.accelerator=cpu",
+        "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1",
+    ], out)
+    return train(cfg), out
+
+
+def test_model_beats_the_constant_baseline_on_the_planted_signal(trained):
+    results, out = trained
+    model, constant = results["model"]["rating"], results["constant_baseline"]["rating"]
+    assert model["pearson"] > 0.5
+    assert model["mse"] < constant["mse"]
+    written = json.loads((out / "test_metrics.json").read_text())
+    assert written["model"]["rating"]["pearson"] == pytest.approx(model["pearson"])
+    assert (out / "test_metrics.md").read_text().count("|") > 20 and (out / "test_predictions.csv").exists()
+    assert list((out / "csv").rglob("metrics.csv"))
+
+
+def test_evaluate_reproduces_the_test_metrics_from_the_checkpoint(trained, tmp_path):
+    results, _ = trained
+    cfg = _cfg("evaluate", [f"ckpt_path={results['best_checkpoint']}", "trainer.accelerator=cpu",
+                            "trainer.enable_progress_bar=false"], tmp_path)
+    again = evaluate(cfg)
+    for level in ("window", "rating"):
+        for metric, value in results["model"][level].items():
+            assert again["model"][level][metric] == pytest.approx(value, abs=1e-5)
+    assert (tmp_path / "test_metrics.csv").exists()

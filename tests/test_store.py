@@ -1,0 +1,93 @@
+"""Feature store: shapes, reruns that skip, staleness per branch, and bad media handled without loss."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from src.dataset import load_dataset
+from src.demo.face import write_face_video
+from src.features.extract import extract_features
+from src.features.face_mesh import FACE_DIM
+from src.features.store import DATASET_KEY, FeatureStore
+from tests.conftest import FEATURES_CFG
+
+
+def _extract(dataset_root, store_root, modalities=("video", "audio", "text"), cfg=FEATURES_CFG):
+    return extract_features(load_dataset(dataset_root), FeatureStore(store_root), list(modalities), cfg,
+                            workers=1, progress=False)
+
+
+def _first_session(root) -> str:
+    return pd.read_csv(root / "sessions.csv").session_id[0]
+
+
+def test_store_layout_dims_and_masks(tiny_dataset, tiny_store):
+    store = FeatureStore(tiny_store)
+    sid = _first_session(tiny_dataset)
+    face = store.load(sid, "face", "features")
+    assert isinstance(face, np.memmap) and face.dtype == np.float16 and face.shape[1] == FACE_DIM
+    assert store.load(sid, "face", "mask").mean() > 0.95  # the demo face is found in (nearly) every frame
+    audio = store.load(sid, "audio", "features")
+    assert audio.shape[1] == 65 and abs(len(audio) - len(face)) <= 1  # one row per video frame
+    assert store.load(sid, "text", "utterances").shape[1] == 384
+    assert store.load(DATASET_KEY, "stories", "embeddings").shape == (len(load_dataset(tiny_dataset).stories), 384)
+    entry = store.entry(sid, "face")
+    assert entry["signature"]["extractor"] == "mediapipe_face_mesh" and len(entry["signature"]["inputs"]["video"]) == 64
+    assert json.loads((tiny_store / "failures.json").read_text()) == []
+
+
+def test_rerun_skips_everything_and_changes_nothing(tiny_dataset, store_copy):
+    before = {p: p.stat().st_mtime_ns for p in store_copy.rglob("*.npy")}
+    report = _extract(tiny_dataset, store_copy)
+    assert report.extracted == [] and len(report.up_to_date) == 16 * 3 + 1
+    assert {p: p.stat().st_mtime_ns for p in store_copy.rglob("*.npy")} == before
+
+
+def test_stale_branches_are_redone_and_only_those(dataset_copy, store_copy):
+    sid = _first_session(dataset_copy)
+    path = dataset_copy / "transcripts" / f"{sid}.csv"
+    transcript = pd.read_csv(path, keep_default_na=False)
+    transcript.loc[1, "text"] = "Actually my day was wonderful, I saw my family."
+    transcript.to_csv(path, index=False)
+    report = _extract(dataset_copy, store_copy)
+    assert report.extracted == [(sid, "text")]
+    cfg = {**FEATURES_CFG, "audio": {"feature_set": "eGeMAPSv02"}}
+    report = _extract(dataset_copy, store_copy, ("audio",), cfg)
+    assert sorted(b for _, b in report.extracted) == ["audio"] * 16
+    assert FeatureStore(store_copy).load(sid, "audio", "features").shape[1] == 25
+
+
+def test_corrupt_and_truncated_video_are_reported_and_nothing_is_lost(dataset_copy, store_copy):
+    sessions = pd.read_csv(dataset_copy / "sessions.csv")
+    broken, truncated, other = sessions.session_id[:3]
+    store = FeatureStore(store_copy)
+    kept_face = np.array(store.load(broken, "face", "features"))
+    (dataset_copy / f"media/{broken}.avi").write_bytes(b"this is not a video" * 100)
+    video = dataset_copy / f"media/{truncated}.avi"
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 2])
+    before_other = store.entry(other, "face")
+    report = _extract(dataset_copy, store_copy, ("video",))
+    failures = json.loads((store_copy / "failures.json").read_text())
+    assert [(f["session_id"], f["branch"]) for f in failures] == [(broken, "face")]
+    assert "cannot open video" in failures[0]["error"] or "no frame" in failures[0]["error"]
+    # the failed session keeps its earlier features untouched; the others are unaffected
+    assert np.array_equal(np.array(store.load(broken, "face", "features")), kept_face)
+    assert store.entry(other, "face") == before_other
+    assert any(truncated in w and "truncated" in w for w in report.warnings)
+    mask = store.load(truncated, "face", "mask")
+    assert 0 < mask.mean() < 0.8 and mask[-10:].sum() == 0  # time axis kept, missing tail masked
+
+
+def test_session_without_a_face_is_masked_and_reported(dataset_copy, store_copy):
+    sid = _first_session(dataset_copy)
+    n = 60
+    controls = {"face_visible": np.zeros(n)}
+    write_face_video(dataset_copy / f"media/{sid}.avi", controls, fps=15)
+    report = _extract(dataset_copy, store_copy, ("video",))
+    store = FeatureStore(store_copy)
+    assert store.load(sid, "face", "mask").sum() == 0
+    assert not np.any(np.array(store.load(sid, "face", "features")))
+    assert any(sid in w and "no face found" in w for w in report.warnings)
