@@ -14,9 +14,10 @@ FEATURES_CFG = {
     "audio": {"feature_set": "ComParE_2016"},
     "text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"},
 }
-# Small but with a strong planted signal: short phases, little noise, one session per participant.
-TINY_DEMO = DemoConfig(n_participants=16, sessions_per_participant=1, warm_up_s=1.5, story_share_s=9.0,
-                       story_receive_s=2.0, reflection_s=7.5, cool_down_s=1.5, noise_sd=0.15, seed=3)
+# Small but with a strong planted signal: many short sessions (the models learn from the number of
+# sessions, not their length), little noise, one session per participant.
+TINY_DEMO = DemoConfig(n_participants=40, sessions_per_participant=1, warm_up_s=1.0, story_share_s=8.0,
+                       story_receive_s=1.0, reflection_s=4.0, cool_down_s=1.0, noise_sd=0.15, seed=3)
 
 
 @pytest.fixture(scope="session")

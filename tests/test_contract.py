@@ -23,7 +23,7 @@ def _problems(root) -> str:
 def test_demo_dataset_loads(tiny_dataset):
     data = load_dataset(tiny_dataset)
     assert data.fps == 15
-    assert len(data.participants) == 16 and len(data.sessions) == 16
+    assert len(data.participants) == 40 and len(data.sessions) == 40
     assert set(data.ratings.empathy.unique()) <= {1, 2, 3, 4, 5}
     transcript = data.transcripts[data.sessions.index[0]]
     assert set(transcript.phase) == set(PHASES)

@@ -38,11 +38,11 @@ def test_windows_per_split_and_no_participant_in_two_splits(tiny_dataset, tiny_s
     owners = {s: set(ratings.participant_id.loc[dm.windows[dm.windows.split == s].rating_index]) for s in ("train", "val", "test")}
     assert owners["train"].isdisjoint(owners["val"]) and owners["train"].isdisjoint(owners["test"])
     assert owners["val"].isdisjoint(owners["test"])
-    assert [len(owners[s]) for s in ("train", "val", "test")] == [11, 3, 2]
-    # 9 s story share = 135 frames -> 2 windows per rating (start, start + 15)
+    assert [len(owners[s]) for s in ("train", "val", "test")] == [28, 8, 4]
+    # story share: agent prompt at 1.3 s to the story's end at 11.5 s = frames 19..173 -> 3 windows
     per_rating = dm.windows.groupby("rating_index").start.apply(list)
-    assert all(len(s) == 2 and s[1] - s[0] == 15 for s in per_rating)
-    assert len(dm.windows) == 16 * 3 * 2
+    assert all(s == [19, 34, 49] for s in per_rating)
+    assert len(dm.windows) == 40 * 3 * 3
     assert (tiny_store / "splits").exists() and dm.split_hash == _datamodule(tiny_dataset, tiny_store).split_hash
 
 
@@ -72,7 +72,7 @@ def test_only_selected_modalities_are_read(tiny_dataset, tiny_store, monkeypatch
 def test_reflection_scenario_and_oversampled_training(tiny_dataset, tiny_store):
     dm = _datamodule(tiny_dataset, tiny_store, ("text",), scenario="reflection")
     per_rating = dm.windows.groupby("rating_index").size()
-    assert per_rating.index.size == 48 and (per_rating == 1).all()  # 5.3 s reflections: one centred window
+    assert per_rating.index.size == 120 and (per_rating == 1).all()  # 4 s reflections: one centred window
     train = dm.datasets["train"]
     order = list(dm.train_dataloader().sampler)
     classes = np.round(train.ratings[order]).astype(int)

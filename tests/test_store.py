@@ -41,7 +41,7 @@ def test_store_layout_dims_and_masks(tiny_dataset, tiny_store):
 def test_rerun_skips_everything_and_changes_nothing(tiny_dataset, store_copy):
     before = {p: p.stat().st_mtime_ns for p in store_copy.rglob("*.npy")}
     report = _extract(tiny_dataset, store_copy)
-    assert report.extracted == [] and len(report.up_to_date) == 16 * 3 + 1
+    assert report.extracted == [] and len(report.up_to_date) == 40 * 3 + 1
     assert {p: p.stat().st_mtime_ns for p in store_copy.rglob("*.npy")} == before
 
 
@@ -55,7 +55,7 @@ def test_stale_branches_are_redone_and_only_those(dataset_copy, store_copy):
     assert report.extracted == [(sid, "text")]
     cfg = {**FEATURES_CFG, "audio": {"feature_set": "eGeMAPSv02"}}
     report = _extract(dataset_copy, store_copy, ("audio",), cfg)
-    assert sorted(b for _, b in report.extracted) == ["audio"] * 16
+    assert sorted(b for _, b in report.extracted) == ["audio"] * 40
     assert FeatureStore(store_copy).load(sid, "audio", "features").shape[1] == 25
 
 
