@@ -2,6 +2,9 @@
 
 Training recipe defaults follow Appendix B: AdamW lr 1e-4, StepLR every 5 epochs by 0.1, MSE.
 Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`.
+Parameter-free baselines (`mean`, `story_similarity`) run through the same flow: a net may name
+the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
+(`fit`, given the training-split mean), and with nothing to train no optimizer step is taken.
 """
 from __future__ import annotations
 
@@ -28,6 +31,9 @@ class EmpathyModule(L.LightningModule):
         self.save_hyperparameters()
         self.net = hydra.utils.instantiate(net, modalities=list(modalities), input_dims=dict(input_dims),
                                            _convert_="all")
+        required = getattr(self.net, "required_head", head)
+        if head != required:
+            raise ValueError(f"{type(self.net).__name__} works only with head={required}, got head={head}")
         self.head = make_head(head, self.net.out_dim, int(input_dims["story"]))
         self.optimizer_cfg = {"lr": 1e-4, "weight_decay": 0.01, **(optimizer or {})}
         self.scheduler_cfg = {"step_size": 5, "gamma": 0.1, **(scheduler or {})}
@@ -54,8 +60,18 @@ class EmpathyModule(L.LightningModule):
         store["rating"].update(batch["rating_index"].float())
         return loss
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
+    def on_fit_start(self) -> None:
+        fit = getattr(self.head, "fit", None)
+        if fit is not None:  # a closed-form head (the constant baseline): set it from the training split
+            mean = getattr(getattr(self.trainer, "datamodule", None), "train_target_mean", None)
+            if mean is None:
+                raise RuntimeError(f"head '{self.hparams.head}' is set from the datamodule's train_target_mean; "
+                                   "fit with a datamodule that has it")
+            fit(mean)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        loss = self._step(batch, "train")
+        return loss if loss.requires_grad else None  # None: nothing to train, Lightning skips the step
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "val")
@@ -91,7 +107,10 @@ class EmpathyModule(L.LightningModule):
         self._epoch_end("test")
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.optimizer_cfg["lr"],
+        params = [p for p in self.parameters() if p.requires_grad]
+        if not params:  # parameter-free baseline: Lightning runs the epochs without an optimizer
+            return None
+        optimizer = torch.optim.AdamW(params, lr=self.optimizer_cfg["lr"],
                                       weight_decay=self.optimizer_cfg["weight_decay"])
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=int(self.scheduler_cfg["step_size"]),
                                                     gamma=self.scheduler_cfg["gamma"])

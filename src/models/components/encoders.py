@@ -31,3 +31,14 @@ class MaskedLSTMEncoder(nn.Module):
 def mlp(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
     """Two-layer perceptron used after fusion."""
     return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, out_dim))
+
+
+def feedforward(dims: list[int], dropout: float = 0.0) -> nn.Sequential:
+    """Linear layers through `dims` with ReLU (and dropout) between them, none after the last:
+    a per-frame or per-window encoder whose depth is set by the config."""
+    layers: list[nn.Module] = []
+    for i, (d_in, d_out) in enumerate(zip(dims[:-1], dims[1:])):
+        if i:
+            layers += [nn.ReLU(), nn.Dropout(dropout)] if dropout else [nn.ReLU()]
+        layers.append(nn.Linear(int(d_in), int(d_out)))
+    return nn.Sequential(*layers)

@@ -2,6 +2,9 @@
 
 similarity: the paper's sim(Z, E(story)) = cos(W Z, E(story)); ratings 1..5 map to (r - 3) / 2.
 regression: an MLP on [Z, E(story)] predicting the same scale directly (unbounded).
+Parameter-free heads for the baselines (no gradient step):
+cosine: cos(Z, E(story)) without a projection (Z must live in the story embedding's space).
+constant: one value for every window, set by `fit` (the training mean).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from torch import nn
 
 from src.models.components.encoders import mlp
 
-HEADS = ("similarity", "regression")
+HEADS = ("similarity", "regression", "cosine", "constant")
 
 
 class SimilarityHead(nn.Module):
@@ -32,7 +35,34 @@ class RegressionHead(nn.Module):
         return self.net(torch.cat([z, story], dim=-1)).squeeze(-1)
 
 
+class CosineHead(nn.Module):
+    def __init__(self, representation_dim: int, story_dim: int):
+        super().__init__()
+        if representation_dim != story_dim:
+            raise ValueError(f"the cosine head compares Z with the story embedding directly: Z has {representation_dim} "
+                             f"dimensions, the story {story_dim}")
+
+    def forward(self, z: torch.Tensor, story: torch.Tensor) -> torch.Tensor:
+        return F.cosine_similarity(z, story, dim=-1, eps=1e-6)
+
+
+class ConstantHead(nn.Module):
+    def __init__(self, representation_dim: int, story_dim: int):
+        super().__init__()
+        self.register_buffer("value", torch.zeros(()))  # a buffer: saved in checkpoints, never trained
+
+    def fit(self, value: float) -> None:
+        self.value.fill_(float(value))
+
+    def forward(self, z: torch.Tensor, story: torch.Tensor) -> torch.Tensor:
+        return self.value.expand(story.shape[0]).to(story.dtype)
+
+
 def make_head(kind: str, representation_dim: int, story_dim: int) -> nn.Module:
+    if kind == "cosine":
+        return CosineHead(representation_dim, story_dim)
+    if kind == "constant":
+        return ConstantHead(representation_dim, story_dim)
     if kind == "similarity":
         return SimilarityHead(representation_dim, story_dim)
     if kind == "regression":

@@ -1,0 +1,35 @@
+"""Early-Fusion LSTM: the selected modalities concatenated per time step on the common 15 fps
+clock -> one LSTM -> representation Z (as MMSA's EF_LSTM: final hidden state of the top layer ->
+dropout -> Linear + ReLU).
+
+Each modality is first normalised per feature over its valid frames (`MaskedBatchNorm`), not per
+time step: `BatchNorm1d(seq_len)` in the popular implementation normalises frame positions, a
+bug. These per-modality norms are the model's `encoders`; everything after is shared.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from src.models.components.encoders import MaskedLSTMEncoder
+from src.models.components.norm import MaskedBatchNorm
+
+
+class EFLSTM(nn.Module):
+    def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_size: int = 128,
+                 num_layers: int = 4, dropout: float = 0.5):
+        super().__init__()
+        self.modalities = list(modalities)
+        self.encoders = nn.ModuleDict({m: MaskedBatchNorm(int(input_dims[m])) for m in self.modalities})
+        in_size = sum(int(input_dims[m]) for m in self.modalities)
+        self.lstm = MaskedLSTMEncoder(in_size, hidden_size, num_layers, dropout)
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(hidden_size, hidden_size)
+        self.out_dim = hidden_size
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        frames = torch.cat([self.encoders[m](batch[m]["x"], batch[m]["mask"]) for m in self.modalities], dim=-1)
+        any_valid = torch.stack([batch[m]["mask"] for m in self.modalities]).any(dim=0)
+        lengths = torch.stack([batch[m]["lengths"] for m in self.modalities]).amax(dim=0)
+        hidden = self.lstm(frames, any_valid, lengths)
+        return self.dropout(torch.relu(self.linear(self.dropout(hidden))))
