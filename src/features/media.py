@@ -48,23 +48,35 @@ def probe_video(path: Path) -> VideoInfo:
 def iter_frames(path: Path, target_fps: float) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (target_index, source_index, BGR frame) on the target clock.
 
-    Target frame i shows the last source frame whose timestamp is at or before i / target_fps, so
-    30 fps input is decimated and slower input is held; time stays aligned with audio and text.
+    Target frame i shows the last source frame whose presentation time is at or before
+    i / target_fps, so 30 fps input is decimated, slower input is held, and variable-rate input
+    (per-frame timestamps from the container) lands on the right frames; time stays aligned with
+    audio and text. Containers without usable timestamps fall back to index / declared fps.
     """
     info = probe_video(path)
     capture = cv2.VideoCapture(str(path))
-    ratio = target_fps / info.fps
+    step = 1.0 / target_fps
     try:
-        source_index = 0
+        source_index, next_target, last_time = 0, 0, -math.inf
+        previous: tuple[int, np.ndarray] | None = None
         while True:
             ok, frame = capture.read()
             if not ok or frame is None:
                 break
-            first = math.ceil(source_index * ratio - 1e-9)
-            last = math.ceil((source_index + 1) * ratio - 1e-9)
-            for target_index in range(first, last):
-                yield target_index, source_index, frame
+            stamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
+            nominal = source_index / info.fps
+            # timestamps must exist and increase; otherwise trust the declared rate
+            time_s = stamp if stamp >= 0 and stamp > last_time and abs(stamp - nominal) < 5.0 else nominal
+            if previous is not None:
+                while next_target * step < time_s - 1e-9:
+                    yield next_target, previous[0], previous[1]
+                    next_target += 1
+            previous, last_time = (source_index, frame), time_s
             source_index += 1
+        if previous is not None:  # the last frame lasts one source frame period
+            while next_target * step < last_time + 1.0 / info.fps - 1e-9:
+                yield next_target, previous[0], previous[1]
+                next_target += 1
     finally:
         capture.release()
 
