@@ -22,7 +22,7 @@ train: $(STAMP)
 	$(PY) train.py experiment=demo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(ARGS)
 
 clean-data:
 	rm -rf data/demo data/features

@@ -1,4 +1,7 @@
-"""Evaluate a checkpoint: python evaluate.py ckpt_path=path/to.ckpt (see conf/evaluate.yaml)."""
+"""Evaluate a checkpoint or a sweep (see conf/evaluate.yaml):
+    python evaluate.py ckpt_path=path/to.ckpt
+    python evaluate.py sweep_dir=logs/train/multiruns/<date>
+"""
 import hydra
 from omegaconf import DictConfig
 

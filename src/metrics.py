@@ -1,45 +1,112 @@
-"""Empathy metrics as in the paper: Pearson r, Spearman rho, accuracy, binary F1, MSE.
+"""Empathy metrics as in the paper: Pearson r, Spearman rho, accuracy, binary F1, MSE; plus MAE and
+Lin's concordance correlation (CCC), which penalises a model that ranks well but is off in scale.
 
-Scores live on the cosine scale (rating - 3) / 2. Accuracy and F1 binarise both prediction and
-truth at a rating threshold (default 3: a rating above 3 counts as "empathized"). Window-level
-metrics score every window; rating-level metrics first average the windows of each rating.
+Scores live on the cosine scale (rating - 3) / 2. Accuracy and F1 binarise the truth at a rating
+threshold (default 3: a rating above 3 counts as "empathized") and the prediction at the same
+threshold, or at a cutoff chosen on the validation split (`choose_threshold`), never on test.
+Window-level metrics score every window; rating-level metrics first average the windows of each
+rating.
+
+Degenerate inputs give a warning and a defined value, never a crash or a silent NaN: a correlation
+of a constant (or of fewer than 2 items) is 0, F1 with no positive prediction or truth is 0, and a
+split with a single class still gets its accuracy. Only an empty input gives NaN (nothing to score).
 """
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
+import numpy as np
 import torch
-from torchmetrics.functional import mean_squared_error, pearson_corrcoef, spearman_corrcoef
+from torchmetrics.functional import (concordance_corrcoef, mean_absolute_error, mean_squared_error,
+                                     pearson_corrcoef, spearman_corrcoef)
 from torchmetrics.functional.classification import binary_accuracy, binary_f1_score
 
-METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")
-PAPER_SYMBOLS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE"}
+METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
+EXTRA_METRIC_NAMES = ("mae", "ccc")
+ALL_METRIC_NAMES = METRIC_NAMES + EXTRA_METRIC_NAMES
+PAPER_SYMBOLS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE",
+                 "mae": "MAE", "ccc": "CCC"}
+LOWER_IS_BETTER = frozenset({"mse", "mae"})
 
 
 def rating_threshold_to_target(threshold_rating: float) -> float:
+    """A 1-5 rating threshold on the cosine scale the models predict on."""
     return (threshold_rating - 3.0) / 2.0
 
 
-def _correlation(fn, pred: torch.Tensor, target: torch.Tensor, name: str) -> float:
+def _correlation(fn: Callable, pred: torch.Tensor, target: torch.Tensor, name: str) -> float:
     if len(pred) < 2 or pred.max() == pred.min() or target.max() == target.min():
         warnings.warn(f"{name}: constant predictions or targets (or fewer than 2 items); reported as 0", stacklevel=3)
         return 0.0
     return float(fn(pred.double(), target.double()))
 
 
-def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float = 0.0) -> dict[str, float]:
-    """All paper metrics for 1-D predictions and targets on the cosine scale."""
-    pred, target = pred.detach().flatten().float().cpu(), target.detach().flatten().float().cpu()
+def _concordance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """Lin's CCC; with a constant side it is 0 (warned), or 1 when predictions equal the targets."""
+    if len(pred) < 2:
+        warnings.warn("ccc: fewer than 2 items; reported as 0", stacklevel=3)
+        return 0.0
+    if pred.max() == pred.min() or target.max() == target.min():  # covariance 0: CCC is 0 unless both agree exactly
+        same = bool(torch.equal(pred, target))
+        warnings.warn(f"ccc: constant predictions or targets; reported as {int(same)}", stacklevel=3)
+        return float(same)
+    return float(concordance_corrcoef(pred.double(), target.double()))
+
+
+def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float = 0.0,
+                    pred_threshold: float | None = None) -> dict[str, float]:
+    """Every metric in ALL_METRIC_NAMES for 1-D predictions and targets on the cosine scale.
+
+    `threshold` binarises the truth (and the prediction unless `pred_threshold` is given, e.g. a
+    cutoff chosen on validation with `choose_threshold`).
+    """
+    pred = torch.as_tensor(pred).detach().flatten().double().cpu()
+    target = torch.as_tensor(target).detach().flatten().double().cpu()
+    if len(pred) != len(target):
+        raise ValueError(f"predictions and targets differ in length: {len(pred)} vs {len(target)}")
     if len(pred) == 0:
-        return {name: float("nan") for name in METRIC_NAMES}
-    pred_class, true_class = (pred > threshold).int(), (target > threshold).int()
+        return {name: float("nan") for name in ALL_METRIC_NAMES}
+    if not (torch.isfinite(pred).all() and torch.isfinite(target).all()):
+        raise ValueError("predictions and targets must be finite (mask missing values before scoring)")
+    cut = threshold if pred_threshold is None else pred_threshold
+    pred_class, true_class = (pred > cut).int(), (target > threshold).int()
+    if true_class.min() == true_class.max():
+        warnings.warn(f"accuracy/f1: every target is on one side of the threshold ({'above' if true_class[0] else 'at or below'}); "
+                      "F1 is 0 without positives", stacklevel=2)
     return {
         "pearson": _correlation(pearson_corrcoef, pred, target, "pearson"),
         "spearman": _correlation(spearman_corrcoef, pred, target, "spearman"),
         "accuracy": float(binary_accuracy(pred_class, true_class)),
         "f1": float(binary_f1_score(pred_class, true_class, zero_division=0)),
         "mse": float(mean_squared_error(pred, target)),
+        "mae": float(mean_absolute_error(pred, target)),
+        "ccc": _concordance(pred, target),
     }
+
+
+def choose_threshold(val_pred: torch.Tensor, val_target: torch.Tensor, threshold: float = 0.0) -> float:
+    """The prediction cutoff that maximises F1 (then accuracy) on validation; truth stays cut at `threshold`.
+
+    Use the returned value as `pred_threshold` on test. Falls back to `threshold` (with a warning)
+    when validation has one class only.
+    """
+    pred = torch.as_tensor(val_pred).detach().flatten().double().cpu().numpy()
+    truth = torch.as_tensor(val_target).detach().flatten().double().cpu().numpy() > threshold
+    if len(pred) == 0 or truth.all() or not truth.any():
+        warnings.warn("choose_threshold: validation has a single class; keeping the fixed threshold", stacklevel=2)
+        return float(threshold)
+    values = np.unique(pred)
+    candidates = np.concatenate([[values[0] - 1e-6], (values[:-1] + values[1:]) / 2, [values[-1] + 1e-6]])
+    best, best_key = float(threshold), (-1.0, -1.0)
+    for cut in candidates:
+        predicted = pred > cut
+        tp = float((predicted & truth).sum())
+        f1 = 2 * tp / (predicted.sum() + truth.sum()) if predicted.sum() + truth.sum() else 0.0
+        key = (f1, float((predicted == truth).mean()))
+        if key > best_key:
+            best, best_key = float(cut), key
+    return best
 
 
 def aggregate_by_rating(pred: torch.Tensor, target: torch.Tensor,
@@ -52,10 +119,11 @@ def aggregate_by_rating(pred: torch.Tensor, target: torch.Tensor,
     return mean_pred, first_target, ids
 
 
-def format_table(rows: dict[str, dict[str, float]], scale: float = 1.0) -> str:
+def format_table(rows: dict[str, dict[str, float]], scale: float = 1.0,
+                 metrics: tuple[str, ...] = METRIC_NAMES) -> str:
     """Markdown table with the paper's column symbols; scale=100 gives the paper's x100 display."""
-    header = "| | " + " | ".join(PAPER_SYMBOLS[m] for m in METRIC_NAMES) + " |"
-    lines = [header, "|---" * (len(METRIC_NAMES) + 1) + "|"]
+    header = "| | " + " | ".join(PAPER_SYMBOLS[m] for m in metrics) + " |"
+    lines = [header, "|---" * (len(metrics) + 1) + "|"]
     for name, values in rows.items():
-        lines.append(f"| {name} | " + " | ".join(f"{values[m] * scale:.3f}" for m in METRIC_NAMES) + " |")
+        lines.append(f"| {name} | " + " | ".join(f"{values[m] * scale:.3f}" for m in metrics) + " |")
     return "\n".join(lines)

@@ -34,25 +34,74 @@ COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _optio
     + [f"logger={lg}" for lg in _options("logger")] + [f"experiment={e}" for e in _options("experiment")]
 
 
+# Text models (src/text/) pair with text tables, not with the multimodal datamodule: they are composed
+# with each other and instantiated their own way (see _check_text_config).
+TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor", "llm_judge"}
+TEXT_TABLE = ["data.path=/some/table.csv", "data.text_columns=[text]", "data.label_columns=[score]"]
+
+
+def _is_text(override: str) -> bool:
+    group, name = override.split("=", 1)
+    return (group == "data" and name in TEXT_DATA) or (group == "model" and name in TEXT_MODELS) \
+        or (group == "experiment" and name.startswith("text_"))
+
+
+def _check_text_config(override: str, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from src.text.data import PersonaEncoder
+    from src.text.datamodule import TextDataModule
+    from src.text.llm_judge import PROMPTS
+    from src.text.pipeline import build_text_datamodule
+    from src.text.scorer import build_module
+
+    extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE, "model=llm_judge": ["data=text_csv"] + TEXT_TABLE,
+             "model=text_regressor": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
+    if override in ("data=empathetic_exchanges",):
+        extra = ["model=text_regressor"]
+    cfg = _compose("train", [override] + extra, tmp_path)
+    assert cfg.model.task == "text"
+    dm = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
+    assert isinstance(dm, TextDataModule) and dm.spec.text_columns and dm.spec.label_columns and dm.n_folds == 5
+    if cfg.model.name == "llm_judge":
+        assert cfg.model.prompt in PROMPTS and cfg.model.max_retries >= 1
+    else:
+        stand_in_encoder = SimpleNamespace(dim=8, frozen=cfg.model.encoder.trainable_layers == 0)
+        settings = OmegaConf.to_container(cfg.model, resolve=True)
+        module = build_module(settings, dm.spec.label_columns, dm.spec.fields, PersonaEncoder([]), np.zeros(1),
+                              np.ones(1), (1, 5), stand_in_encoder)
+        assert module.net.head[-1].out_features == len(dm.spec.label_columns)
+        assert module.net.head[1].in_features == 8 * len(dm.spec.fields)
+    trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
+    assert trainer.max_epochs == 10
+
+
 @pytest.mark.parametrize("override", COMBOS)
 def test_train_config_composes_and_instantiates(override, tmp_path):
+    if _is_text(override):
+        return _check_text_config(override, tmp_path)
     extra = ["data.dataset_dir=/some/dataset"] if override == "data=empathic_stories" else []
     cfg = _compose("train", [override] + extra, tmp_path)
     assert cfg.modality.names and set(cfg.modality.names) <= {"video", "audio", "text"}
-    paper_lr = 1e-3 if override.startswith("experiment=demo") else 1e-4  # the demo recipe scales lr by 10
-    assert cfg.model.optimizer.lr == paper_lr and cfg.trainer.max_epochs == 10 and cfg.data.window_frames == 120
+    paper_lr = 1e-3 if override.startswith(("experiment=demo", "experiment=es_")) else 1e-4  # demo recipe: lr x10
+    epochs = 2 if override.startswith("experiment=es_") else 10  # the paper grids' cheap demo recipe
+    assert cfg.model.optimizer.lr == paper_lr and cfg.trainer.max_epochs == epochs and cfg.data.window_frames == 120
     dm = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.features, resolve=True),
                           list(cfg.modality.names))
     assert dm.modalities == list(cfg.modality.names)
     dims = {"video": 4, "audio": 3, "text": 5, "story": 5, "traits": 6}
     model = EmpathyModule(OmegaConf.to_container(cfg.model.net, resolve=True), list(cfg.modality.names), dims, head=cfg.model.head)
     assert model.net.out_dim > 0
-    if override != "trainer=gpu":  # no GPU here; the gpu config still composes
+    if override not in ("trainer=gpu", "trainer=ddp"):  # no GPU here; the gpu configs still compose
         trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
-        assert trainer.max_epochs == 10
+        assert trainer.max_epochs == epochs
     for callback in cfg.callbacks.values():
         hydra.utils.instantiate(callback)
     for logger in (cfg.logger or {}).values():
+        if logger._target_.endswith("mlflow_logger"):  # opens its sqlite store (seconds); a run test covers it
+            continue
         hydra.utils.instantiate(logger)
 
 
@@ -60,6 +109,28 @@ def test_modality_short_names_cover_all_seven_subsets():
     assert _options("modality") == sorted(["t", "v", "a", "v+a", "v+t", "a+t", "v+a+t"])
 
 
+def test_serve_config_composes(tmp_path):
+    cfg = _compose("serve", ["ckpt_path=/x/model.pt"], tmp_path)
+    assert cfg.ckpt_path == "/x/model.pt" and cfg.host == "127.0.0.1" and cfg.flag_csv.endswith("flagged.csv")
+
+
 def test_evaluate_config_composes(tmp_path):
     cfg = _compose("evaluate", ["ckpt_path=/x.ckpt"], tmp_path)
     assert cfg.ckpt_path == "/x.ckpt" and cfg.split == "test"
+
+
+@pytest.mark.parametrize("experiment,scenario", [("es_story_share", "story_share"), ("es_reflection", "reflection")])
+def test_paper_grid_experiments_sweep_the_grid_and_end_with_tables(experiment, scenario, tmp_path):
+    cfg = _compose("train", [f"experiment={experiment}"], tmp_path)
+    params = cfg.hydra.sweeper.params
+    assert params.model.split(",") == ["amer", "tfn", "ef_lstm", "lf_lstm", "story_similarity", "mean"]
+    assert params.modality.split(",") == ["t", "v+a", "v+t", "a+t", "v+a+t"] and params.seed == "1,2,3"
+    assert set(params.model.split(",")) <= set(_options("model")) and set(params.modality.split(",")) <= set(_options("modality"))
+    assert cfg.hydra.callbacks.paper_tables._target_ == "src.evaluation.sweep.PaperTablesCallback"
+    hydra.utils.instantiate(cfg.hydra.callbacks.paper_tables)
+    assert cfg.data.scenario == scenario and cfg.grid.skip_incompatible
+
+
+def test_evaluate_config_takes_a_sweep_dir(tmp_path):
+    cfg = _compose("evaluate", ["sweep_dir=/x/sweep"], tmp_path)
+    assert cfg.sweep_dir == "/x/sweep" and cfg.ckpt_path is None and list(cfg.tables.metrics)[0] == "pearson"

@@ -17,11 +17,12 @@ from torch.utils.data import DataLoader
 
 from src.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from src.datamodules.sampler import RatingOversampler
-from src.datamodules.splits import load_or_create_split
+from src.datamodules.splits import load_or_create_split, participant_folds
 from src.datamodules.window_dataset import BRANCH, WindowDataset
 from src.datamodules.windows import build_windows
+from src.features.branches import INDEXED, modality_branches, with_defaults
 from src.features.extract import extract_features
-from src.features.store import DATASET_KEY, FeatureStore
+from src.features.store import DATASET_KEY, FeatureStore, canonical_hash
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,27 @@ def speaking_frames(transcript, n_frames: int, fps: float) -> np.ndarray:
     return mask
 
 
+def speech_mask(transcript, n_frames: int, fps: float, voiced: np.ndarray | None,
+                policy: str = "transcript_or_voicing") -> np.ndarray:
+    """Frames where the participant speaks: per the transcript, per openSMILE voicing, or the transcript
+    when it has participant speech and voicing otherwise (the audio mask is ANDed with it)."""
+    if policy not in ("transcript", "voicing", "transcript_or_voicing"):
+        raise ValueError(f"features.audio.speech_mask must be transcript, voicing or transcript_or_voicing, got '{policy}'")
+    from_transcript = speaking_frames(transcript, n_frames, fps)
+    if policy == "transcript" or voiced is None or (policy == "transcript_or_voicing" and from_transcript.any()):
+        return from_transcript
+    mask = np.zeros(n_frames, dtype=bool)
+    mask[: min(n_frames, len(voiced))] = np.asarray(voiced[:n_frames]) > 0
+    return mask
+
+
 class EmpathyDataModule(L.LightningDataModule):
     def __init__(self, dataset_dir: str, store_dir: str, modalities: list[str], features: dict[str, Any],
                  name: str = "custom", scenario: str = "story_share", window_frames: int = 120,
                  stride_seconds: float = 1.0, split_fractions: tuple[float, float, float] = (0.7, 0.2, 0.1),
                  split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
-                 extract_workers: int = 2, seed: int = 0):
+                 extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0):
         super().__init__()
         unknown = set(modalities) - set(BRANCH)
         if not modalities or unknown:
@@ -50,6 +65,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.store_dir = Path(store_dir)
         self.modalities = list(modalities)
         self.features = features
+        self.branches = {m: modality_branches(m, features) for m in self.modalities}
         self.name = name
         self.scenario = scenario
         self.window_frames = int(window_frames)
@@ -63,6 +79,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.demo = dict(demo) if demo else None
         self.extract_workers = int(extract_workers)
         self.seed = int(seed)
+        self.cv_folds, self.cv_fold = int(cv_folds), int(cv_fold)  # cv_folds > 1: participant K-fold, this fold tests
         self.datasets: dict[str, WindowDataset] = {}
         self.warnings: list[str] = []
         self._prepared = False
@@ -91,13 +108,19 @@ class EmpathyDataModule(L.LightningDataModule):
                 continue
             lengths = []
             for modality in self.modalities:
-                entry = store.entry(sid, BRANCH[modality])
-                if entry is None:
+                found = 0
+                for branch in self.branches[modality]:
+                    entry = store.entry(sid, branch)
+                    if entry is None:
+                        missing.add((sid, modality, branch))
+                        masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
+                        self.warnings.append(f"session '{sid}': no {branch} features in the store "
+                                             f"(see {store.root / 'failures.json'}); {masked} is masked for it")
+                    else:
+                        found += 1
+                        lengths.append(int(entry["n_frames"]))
+                if not found:
                     missing.add((sid, modality))
-                    self.warnings.append(f"session '{sid}': no {BRANCH[modality]} features in the store "
-                                         f"(see {store.root / 'failures.json'}); {modality} is masked for it")
-                else:
-                    lengths.append(int(entry["n_frames"]))
             if lengths:
                 frames[sid] = max(lengths)
             else:
@@ -108,28 +131,43 @@ class EmpathyDataModule(L.LightningDataModule):
         """Per-feature mean and std over the valid frames that training windows cover."""
         stats = {}
         for modality in self.normalize:
-            total = total_sq = None
-            count = 0
-            for sid, group in windows.groupby("session_id"):
-                if (sid, modality) in missing:
-                    continue
-                features = store.load(sid, BRANCH[modality], "features")
-                covered = np.zeros(len(features), dtype=bool)
-                for start in group.start:
-                    covered[max(start, 0): start + self.window_frames] = True
-                covered &= store.load(sid, BRANCH[modality], "mask") > 0
-                if modality == "audio":
-                    covered &= speaking[sid][: len(covered)]
-                values = np.asarray(features[covered], dtype=np.float64)
-                total = values.sum(0) if total is None else total + values.sum(0)
-                total_sq = (values ** 2).sum(0) if total_sq is None else total_sq + (values ** 2).sum(0)
-                count += len(values)
-            if not count:
-                continue
-            mean = total / count
-            std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 0.0))
-            stats[modality] = (mean.astype(np.float32), np.where(std < 1e-6, 1.0, std).astype(np.float32))
+            means, stds = [], []
+            for branch in self.branches[modality]:
+                branch_stats = self._branch_stats(modality, branch, windows, speaking, missing, store)
+                if branch_stats is None:
+                    break
+                means.append(branch_stats[0])
+                stds.append(branch_stats[1])
+            else:
+                stats[modality] = (np.concatenate(means), np.concatenate(stds))
         return stats
+
+    def _branch_stats(self, modality, branch, windows, speaking, missing, store) -> tuple[np.ndarray, np.ndarray] | None:
+        """Mean and std of one branch over its valid frames in training windows (indexed branches: 0, 1)."""
+        if branch in INDEXED:
+            dim = self.branch_dims[branch]
+            return np.zeros(dim, dtype=np.float32), np.ones(dim, dtype=np.float32)
+        total = total_sq = None
+        count = 0
+        for sid, group in windows.groupby("session_id"):
+            if (sid, modality) in missing or (sid, modality, branch) in missing:
+                continue
+            features = store.load(sid, branch, "features")
+            covered = np.zeros(len(features), dtype=bool)
+            for start in group.start:
+                covered[max(start, 0): start + self.window_frames] = True
+            covered &= store.load(sid, branch, "mask") > 0
+            if modality == "audio":
+                covered &= speaking[sid][: len(covered)]
+            values = np.asarray(features[covered], dtype=np.float64)
+            total = values.sum(0) if total is None else total + values.sum(0)
+            total_sq = (values ** 2).sum(0) if total_sq is None else total_sq + (values ** 2).sum(0)
+            count += len(values)
+        if not count:
+            return None
+        mean = total / count
+        std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 0.0))
+        return mean.astype(np.float32), np.where(std < 1e-6, 1.0, std).astype(np.float32)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
@@ -141,44 +179,58 @@ class EmpathyDataModule(L.LightningDataModule):
         if stories is None:
             raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
         session_frames, missing = self._session_frames(dataset, store)
-        speaking = {sid: speaking_frames(dataset.transcripts[sid], n, dataset.fps) for sid, n in session_frames.items()}
+        policy = with_defaults(self.features)["audio"]["speech_mask"]
+        speaking = {}
+        for sid, n in session_frames.items():
+            audio = store.entry(sid, "audio") if "audio" in self.modalities else None
+            voiced = store.load(sid, "audio", "voiced") if audio and "voiced" in audio["arrays"] else None
+            speaking[sid] = speech_mask(dataset.transcripts[sid], n, dataset.fps, voiced, policy)
         windows, notes = build_windows(dataset.ratings, dataset.transcripts, session_frames, self.scenario,
                                        dataset.fps, self.window_frames, self.stride_seconds)
         self.warnings += notes
         if windows.empty:
             raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
-        assignment, self.split_hash = load_or_create_split(
-            self.store_dir / "splits" / f"seed{self.split_seed}_{'-'.join(map(str, self.split_fractions))}.json",
-            dataset.participants.index.tolist(), self.split_fractions, self.split_seed)
+        if self.cv_folds:
+            train_f, val_f, _ = self.split_fractions
+            assignment = participant_folds(dataset.participants.index.tolist(), self.cv_folds, self.cv_fold,
+                                           val_f / (train_f + val_f), self.split_seed)
+            self.split_hash = canonical_hash(assignment)
+        else:
+            assignment, self.split_hash = load_or_create_split(
+                self.store_dir / "splits" / f"seed{self.split_seed}_{'-'.join(map(str, self.split_fractions))}.json",
+                dataset.participants.index.tolist(), self.split_fractions, self.split_seed)
         participant = dataset.ratings.participant_id.loc[windows.rating_index].to_numpy()
         windows["split"] = [assignment[p] for p in participant]
         self.windows = windows
         self.ratings = dataset.ratings
         train_windows = windows[windows.split == "train"]
+        self.branch_dims = {b: self._branch_dim(store, b, session_frames)
+                            for m in self.modalities for b in self.branches[m]}
         self.stats = self._stats(train_windows, speaking, missing, store)
         story_ids = stories["story_ids"]
         story_embeddings = np.asarray(store.load(DATASET_KEY, "stories", "embeddings"), dtype=np.float32)
         story_rows = {s: i for i, s in enumerate(story_ids)}
-        self.input_dims = {m: self._dim(store, m, session_frames) for m in self.modalities}
+        self.input_dims = {m: sum(self.branch_dims[b] for b in self.branches[m]) for m in self.modalities}
         self.input_dims.update(story=int(story_embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
         for split in ("train", "val", "test"):
             self.datasets[split] = WindowDataset(
                 store, windows[windows.split == split], dataset.ratings, self.modalities, self.window_frames,
                 session_frames, speaking, story_embeddings, story_rows, dataset.participants[list(TRAIT_COLUMNS)],
-                self.stats, missing, self.input_dims)
+                self.stats, missing, self.input_dims, self.branches, self.branch_dims)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
-        self.manifest_hash = store.manifest_hash(sorted(session_frames), [BRANCH[m] for m in self.modalities])
+        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]])
         for warning in self.warnings:
             log.warning(warning)
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
 
-    def _dim(self, store: FeatureStore, modality: str, session_frames: dict[str, int]) -> int:
-        name = "utterances" if modality == "text" else "features"
+    def _branch_dim(self, store: FeatureStore, branch: str, session_frames: dict[str, int]) -> int:
+        """Per-frame width of a branch, read from the first session that has it."""
+        name = INDEXED[branch][0] if branch in INDEXED else "features"
         for sid in session_frames:
-            entry = store.entry(sid, BRANCH[modality])
+            entry = store.entry(sid, branch)
             if entry is not None:
                 return int(entry["arrays"][name]["shape"][1])
-        raise RuntimeError(f"no session has {modality} features in {store.root}")
+        raise RuntimeError(f"no session has {branch} features in {store.root}")
 
     def describe(self) -> dict[str, Any]:
         """What a checkpoint records about the data it was trained on."""

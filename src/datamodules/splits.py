@@ -44,3 +44,25 @@ def load_or_create_split(path: Path, participant_ids: list[str], fractions: tupl
     _atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash,
                                          "assignment": assignment}, indent=1, sort_keys=True))
     return assignment, split_hash
+
+
+def participant_folds(participant_ids: list[str], n_folds: int, fold: int, val_fraction: float,
+                      seed: int) -> dict[str, str]:
+    """Participant-grouped K-fold: fold `fold` of `n_folds` is the test split, every participant is in
+    exactly one test fold; `val_fraction` of the others (at least one) is held out for checkpoint selection.
+
+    Folds come from one seeded permutation dealt round-robin, so fold sizes differ by at most one.
+    """
+    ids = sorted(participant_ids)
+    if not 2 <= n_folds <= len(ids):
+        raise ValueError(f"cross-validation needs 2 <= cv_folds <= number of participants ({len(ids)}), got {n_folds}")
+    if not 0 <= fold < n_folds:
+        raise ValueError(f"cv_fold must be in 0..{n_folds - 1}, got {fold}")
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    order = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+    test = set(order[fold::n_folds])
+    rest = [p for p in order if p not in test]
+    n_val = max(int(round(val_fraction * len(rest))), 1 if val_fraction > 0 and len(rest) > 1 else 0)
+    val = set(rest[:n_val])
+    return {p: "test" if p in test else "val" if p in val else "train" for p in ids}

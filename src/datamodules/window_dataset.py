@@ -4,8 +4,12 @@ Each item is the batch-dict contract every model consumes:
     {"video"|"audio"|"text": {"x": (k, F) float32, "mask": (k,) bool, "lengths": () long},
      "story": (D,) story embedding, "traits": (P,) standardised survey traits, "traits_mask": (P,),
      "target": () rating on the cosine scale (rating - 3) / 2, "rating_index": () long}
-Only the selected modalities' arrays are opened. Frames outside the session, without a face, or
-(audio) without participant speech have mask 0 and zero features.
+Only the selected modalities' arrays are opened. A modality's x is its store branches' per-frame
+vectors concatenated in the configured order (e.g. video = face 1451 + cnn 1280; see
+src/features/branches.py); each branch is z-scored with its own training statistics and zeroed where
+its own mask is 0, and the modality's mask is 1 where any of its branches is valid. Frames outside
+the session, without a face (and no CNN embedding), or (audio) without participant speech have
+mask 0 and zero features.
 """
 from __future__ import annotations
 
@@ -14,9 +18,10 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from src.features.branches import INDEXED
 from src.features.store import FeatureStore
 
-BRANCH = {"video": "face", "audio": "audio", "text": "text"}
+BRANCH = {"video": "face", "audio": "audio", "text": "text"}  # the default branch of each modality
 
 
 def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
@@ -33,7 +38,8 @@ class WindowDataset(Dataset):
                  length: int, session_frames: dict[str, int], speaking: dict[str, np.ndarray],
                  story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame,
                  stats: dict[str, tuple[np.ndarray, np.ndarray]], missing: set[tuple[str, str]] = frozenset(),
-                 dims: dict[str, int] | None = None):
+                 dims: dict[str, int] | None = None, branches: dict[str, list[str]] | None = None,
+                 branch_dims: dict[str, int] | None = None):
         self.store = store
         self.windows = windows.reset_index(drop=True)
         self.modalities = list(modalities)
@@ -41,7 +47,9 @@ class WindowDataset(Dataset):
         self.session_frames = session_frames
         self.speaking = speaking
         self.stats = stats
-        self.missing = missing  # (session, modality) pairs whose branch failed: fully masked
+        self.missing = missing  # (session, modality) or (session, modality, branch) that failed: masked
+        self.branches = branches or {m: [BRANCH[m]] for m in self.modalities}
+        self.branch_dims = branch_dims or {}
         rated = ratings.loc[self.windows.rating_index]
         self.targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
         self.ratings = rated.empathy.to_numpy()
@@ -71,27 +79,40 @@ class WindowDataset(Dataset):
             inside[: stop - start] = True
         return out, inside
 
-    def _modality(self, modality: str, session_id: str, start: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        branch = BRANCH[modality]
-        if (session_id, modality) in self.missing:
+    def _branch(self, session_id: str, modality: str, branch: str, start: int,
+                dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """One branch's (k, F) float32 rows and its (k,) validity for the window starting at `start`."""
+        if (session_id, modality, branch) in self.missing:
             return np.zeros((self.length, dim), dtype=np.float32), np.zeros(self.length, dtype=bool)
-        if modality == "text":
-            index, inside = self._slice(self._array(session_id, branch, "frame_utterance"), start)
+        if branch in INDEXED:
+            table_name, index_name = INDEXED[branch]
+            index, inside = self._slice(self._array(session_id, branch, index_name), start)
             mask = inside & (index >= 0)
-            utterances = self._array(session_id, branch, "utterances")
-            x = np.zeros((self.length, utterances.shape[1]), dtype=np.float32)
-            x[mask] = utterances[index[mask]]
+            table = self._array(session_id, branch, table_name)
+            x = np.zeros((self.length, table.shape[1]), dtype=np.float32)
+            x[mask] = table[index[mask]]
             return x, mask
         features, inside = self._slice(self._array(session_id, branch, "features"), start)
         valid, _ = self._slice(self._array(session_id, branch, "mask"), start)
-        mask = inside & (valid > 0)
+        return features.astype(np.float32), inside & (valid > 0)
+
+    def _modality(self, modality: str, session_id: str, start: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        if (session_id, modality) in self.missing:
+            return np.zeros((self.length, dim), dtype=np.float32), np.zeros(self.length, dtype=bool)
+        names = self.branches[modality]
+        parts = [self._branch(session_id, modality, b, start, self.branch_dims.get(b, dim)) for b in names]
+        x = np.concatenate([p[0] for p in parts], axis=1) if len(parts) > 1 else parts[0][0]
+        mask = np.logical_or.reduce([p[1] for p in parts])
         if modality == "audio":
             speaking, _ = self._slice(self.speaking[session_id], start)
             mask &= speaking
-        x = features.astype(np.float32)
         if modality in self.stats:
             mean, std = self.stats[modality]
             x = (x - mean) / std
+        offset = 0
+        for part_x, part_mask in parts:  # each branch is zero where it has nothing, even if another has
+            x[~part_mask, offset:offset + part_x.shape[1]] = 0.0
+            offset += part_x.shape[1]
         x[~mask] = 0.0
         return x, mask
 

@@ -15,6 +15,8 @@ from src.features.media import MediaError, load_audio
 
 SAMPLE_RATE = 16000
 FEATURE_SETS = {"ComParE_2016": 65, "eGeMAPSv02": 25}
+# the LLD that is 0 on unvoiced frames (openSMILE's F0 tracker): the voicing fallback for the speech mask
+F0_COLUMN = {"ComParE_2016": "F0final_sma", "eGeMAPSv02": "F0semitoneFrom27.5Hz_sma3nz"}
 
 
 @lru_cache(maxsize=4)
@@ -33,8 +35,14 @@ def extractor_version() -> str:
     return opensmile.__version__
 
 
-def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016") -> tuple[dict, dict, list[str]]:
-    """Arrays (features T x F float32, present mask T uint8), info and warnings for one recording."""
+def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016",
+                  **_: object) -> tuple[dict, dict, list[str]]:
+    """Arrays (features T x F float32, present mask T uint8, voiced T uint8), info and warnings.
+
+    A video frame is voiced when most of its 10 ms LLD frames have an F0 (openSMILE's pitch tracker
+    found voicing); the datamodule falls back to it for the speech mask when the transcript has no
+    participant speech. Other config keys (the speech-mask policy) are read by the datamodule.
+    """
     signal = load_audio(source, SAMPLE_RATE)
     warnings: list[str] = []
     peak = float(np.abs(signal).max()) if signal.size else 0.0
@@ -58,5 +66,11 @@ def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016") -
     np.add.at(sums, frame[keep], values[keep])
     np.add.at(counts, frame[keep], 1)
     features = sums / np.maximum(counts, 1)[:, None]
-    info = {"n_frames": n_frames, "seconds": len(signal) / SAMPLE_RATE, "feature_names": list(lld.columns)}
-    return {"features": features.astype(np.float32), "mask": (counts > 0).astype(np.uint8)}, info, warnings
+    voiced_lld = (lld[F0_COLUMN[feature_set]].to_numpy() > 0).astype(np.float64)
+    voiced_sum = np.zeros(n_frames)
+    np.add.at(voiced_sum, frame[keep], voiced_lld[keep])
+    voiced = (voiced_sum > 0.5 * np.maximum(counts, 1)).astype(np.uint8)
+    info = {"n_frames": n_frames, "seconds": len(signal) / SAMPLE_RATE, "feature_names": list(lld.columns),
+            "voiced_frames": int(voiced.sum())}
+    return ({"features": features.astype(np.float32), "mask": (counts > 0).astype(np.uint8), "voiced": voiced},
+            info, warnings)

@@ -82,6 +82,7 @@ class FaceMeshTracker:
         import mediapipe as mp
 
         self.version = mp.__version__
+        self.last_points: np.ndarray | None = None  # landmarks (pixels) of the last face found, for face crops
         self._mesh = mp.solutions.face_mesh.FaceMesh(
             static_image_mode=False, max_num_faces=1, refine_landmarks=True,
             min_detection_confidence=min_detection_confidence, min_tracking_confidence=min_tracking_confidence)
@@ -92,10 +93,12 @@ class FaceMeshTracker:
 
         height, width = frame_bgr.shape[:2]
         result = self._mesh.process(cv2.cvtColor(frame_bgr, cv2.COLOR_BGR2RGB))
+        self.last_points = None
         if not result.multi_face_landmarks:
             return None
         marks = result.multi_face_landmarks[0].landmark
         points = np.array([(m.x * width, m.y * height, m.z * width) for m in marks], dtype=np.float64)
+        self.last_points = points
         return frame_features(points, width, height)
 
     def close(self) -> None:
@@ -109,38 +112,7 @@ def extract_face(video, fps: float, min_detection_confidence: float = 0.5,
     T covers the container's declared duration on the dataset clock; frames that cannot be decoded
     (a truncated file) stay zero with mask 0 and are reported, so later frames keep their times.
     """
-    from src.features.media import MediaError, iter_frames, probe_video
+    from src.features.video_pass import extract_video
 
-    info = probe_video(video)
-    n_frames = info.frames_at(fps)
-    rows: dict[int, np.ndarray] = {}
-    decoded = 0
-    tracker = FaceMeshTracker(min_detection_confidence, min_tracking_confidence)
-    try:
-        last_source, last_vector = -1, None
-        for target, source, frame in iter_frames(video, fps):
-            if n_frames and target >= n_frames:
-                break
-            if source != last_source:
-                last_vector, last_source = tracker(frame), source
-            decoded += 1
-            if last_vector is not None:
-                rows[target] = last_vector
-    finally:
-        tracker.close()
-    if decoded == 0:
-        raise MediaError(f"no frame of {video} could be decoded")
-    n_frames = max(n_frames, decoded)
-    features = np.zeros((n_frames, FACE_DIM), dtype=np.float32)
-    mask = np.zeros(n_frames, dtype=np.uint8)
-    for target, vector in rows.items():
-        features[target], mask[target] = vector, 1
-    warnings = []
-    if decoded < n_frames:
-        warnings.append(f"video truncated: decoded {decoded} of {n_frames} frames; frames {decoded}-{n_frames - 1} "
-                        f"are masked")
-    if not rows:
-        warnings.append(f"no face found in any of {n_frames} frames; face features are masked")
-    return ({"features": features.astype(np.float16), "mask": mask},
-            {"n_frames": n_frames, "decoded_frames": decoded, "face_frames": len(rows), "source_fps": info.fps},
-            warnings)
+    return extract_video(video, fps, face_cfg={"min_detection_confidence": min_detection_confidence,
+                                               "min_tracking_confidence": min_tracking_confidence})["face"]

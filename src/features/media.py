@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import av
 import cv2
 import numpy as np
 
@@ -83,6 +82,8 @@ def iter_frames(path: Path, target_fps: float) -> Iterator[tuple[int, int, np.nd
 
 def load_audio(path: Path, sample_rate: int = 16000) -> np.ndarray:
     """Mono float32 samples at sample_rate from a wav file or a video container's first audio stream."""
+    import av  # here, not at the top: the video path needs no PyAV
+
     try:
         container = av.open(str(path))
     except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files

@@ -102,6 +102,8 @@ class FeatureStore:
         """Atomically replace one branch's arrays, then record it in the manifest."""
         owner_dir = self.owner_dir(owner)
         owner_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
+            shutil.rmtree(leftover, ignore_errors=True)  # from a killed run; one writer per session
         tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-", dir=owner_dir))
         try:
             for name, array in arrays.items():
@@ -133,8 +135,9 @@ class FeatureStore:
         """One array of a branch, memory-mapped by default (read-only views, no copies)."""
         return np.load(self.branch_dir(owner, branch) / f"{name}.npy", mmap_mode="r" if mmap else None)
 
-    def write_failures(self, failures: list[dict]) -> Path:
-        path = self.root / "failures.json"
+    def write_failures(self, failures: list[dict], name: str = "failures.json") -> Path:
+        """The failure report: every (session, branch) that failed in the last run and why."""
+        path = self.root / name
         _atomic_write_text(path, json.dumps(failures, indent=1))
         return path
 

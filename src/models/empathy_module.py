@@ -5,9 +5,15 @@ Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{m
 Parameter-free baselines (`mean`, `story_similarity`) run through the same flow: a net may name
 the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
 (`fit`, given the training-split mean), and with nothing to train no optimizer step is taken.
+
+Checkpoints describe themselves (`checkpoint["empathic_fusion"]`, see `describe_checkpoint`): the
+modality set, the input dims per modality, the feature config and the feature-store manifest hash.
+Running a model on features with other dims stops with a message saying which and how to fix it,
+instead of a shape error deep inside an encoder.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -20,6 +26,42 @@ from src.metrics import aggregate_by_rating, empathy_metrics, rating_threshold_t
 from src.models.components.heads import make_head
 
 STAGES = ("train", "val", "test")
+CHECKPOINT_KEY = "empathic_fusion"
+CHECKPOINT_FORMAT = 1
+
+
+class FeatureMismatchError(ValueError):
+    """The data's features do not have the dims (or modalities) a checkpoint was trained on."""
+
+
+def _mismatch_message(description: dict[str, Any], problems: list[str]) -> str:
+    features = description.get("features")
+    return ("the model was trained on other features than these: " + "; ".join(problems)
+            + f". It expects modalities {description.get('modalities')} with dims {description.get('input_dims')}"
+            + (f" (feature config {features})" if features else "")
+            + ". Extract the features with the checkpoint's feature config (evaluate.py does so unless "
+              "features.* are overridden) or retrain on these features.")
+
+
+def describe_checkpoint(path: str | Path) -> dict[str, Any]:
+    """What a checkpoint was trained on: modalities, input dims, feature config, data hashes."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if CHECKPOINT_KEY in checkpoint:
+        return checkpoint[CHECKPOINT_KEY]
+    hparams = checkpoint.get("hyper_parameters")
+    if not hparams:
+        raise ValueError(f"{path} is not an empathic-fusion checkpoint (no hyper_parameters)")
+    return _description(hparams)
+
+
+def _description(hparams: Any) -> dict[str, Any]:
+    data_info = hparams.get("data_info") or {}
+    run_config = hparams.get("run_config") or {}
+    return {"format": CHECKPOINT_FORMAT, "modalities": list(hparams["modalities"]),
+            "input_dims": {k: int(v) for k, v in dict(hparams["input_dims"]).items()},
+            "features": run_config.get("features"), "feature_manifest_hash": data_info.get("feature_manifest_hash"),
+            "split_hash": data_info.get("split_hash"), "window_frames": data_info.get("window_frames"),
+            "dataset": data_info.get("dataset"), "net": dict(hparams["net"]).get("_target_"), "head": hparams["head"]}
 
 
 class EmpathyModule(L.LightningModule):
@@ -45,9 +87,41 @@ class EmpathyModule(L.LightningModule):
         self.results: dict[str, dict[str, dict[str, float]]] = {}
         self.test_predictions: dict[str, torch.Tensor] = {}
 
+    def describe(self) -> dict[str, Any]:
+        """The self-description stored in every checkpoint."""
+        return _description(self.hparams)
+
+    def check_input_dims(self, input_dims: dict[str, int], modalities: list[str] | None = None) -> None:
+        """Raise FeatureMismatchError when data of these dims (and modalities) cannot feed this model."""
+        expected = self.hparams.input_dims
+        problems = []
+        if modalities is not None and set(modalities) != set(self.hparams.modalities):
+            problems.append(f"modalities {sorted(modalities)} instead of {sorted(self.hparams.modalities)}")
+        for name in [*self.hparams.modalities, "story"]:
+            if name in input_dims and int(input_dims[name]) != int(expected[name]):
+                problems.append(f"{name} has {int(input_dims[name])} dims instead of {int(expected[name])}")
+        if problems:
+            raise FeatureMismatchError(_mismatch_message(self.describe(), problems))
+
+    def _check_batch(self, batch: dict) -> None:
+        dims = {m: batch[m]["x"].shape[-1] for m in self.hparams.modalities if isinstance(batch.get(m), dict)}
+        if "story" in batch:
+            dims["story"] = batch["story"].shape[-1]
+        self.check_input_dims(dims)
+
     def forward(self, batch: dict) -> torch.Tensor:
         """Predicted empathy on the cosine scale, one value per window."""
+        self._check_batch(batch)
         return self.head(self.net(batch), batch["story"])
+
+    def setup(self, stage: str) -> None:
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        input_dims = getattr(datamodule, "input_dims", None)
+        if input_dims:  # fail before the first batch when the datamodule already knows its dims
+            self.check_input_dims(input_dims, getattr(datamodule, "modalities", None))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = self.describe()
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         pred = self(batch)

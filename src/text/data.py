@@ -1,0 +1,207 @@
+"""Text tables (CSV or JSONL) with numeric labels: validation, turn context, persona, grouped K-fold.
+
+One row is one scored text. Besides the text column(s) and label column(s) a table may carry:
+- a group column (writer, conversation): folds never split a group;
+- context columns (e.g. the speaker turn a listener answers), each encoded as its own field;
+- an order column: with `context_turns: k`, the text of the k preceding rows of the same group
+  (ordered by it) becomes one more field, `previous_turns` (empty when there is none);
+- persona columns (seed 000: gender, empathic concern, ...): strings are categories, numbers are
+  standardised with training-fold statistics; missing values get their own category / 0.
+Rows with a missing label are an error (named by line); missing texts become "".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold
+
+PREVIOUS_TURNS = "previous_turns"
+
+
+@dataclass
+class TextTableSpec:
+    """Which columns of a table mean what (the data config's keys)."""
+
+    text_columns: list[str]
+    label_columns: list[str]
+    group_column: str | None = None
+    context_columns: list[str] = field(default_factory=list)
+    persona_columns: list[str] = field(default_factory=list)
+    order_column: str | None = None
+    context_turns: int = 0
+
+    @property
+    def fields(self) -> list[str]:
+        """Names of the text fields each row is encoded into, in model input order."""
+        return list(self.text_columns) + list(self.context_columns) + ([PREVIOUS_TURNS] if self.context_turns > 0 else [])
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """CSV, TSV or JSON lines, by suffix."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"text table {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in {".jsonl", ".ndjson"}:
+        return pd.read_json(path, lines=True)
+    if suffix == ".json":
+        return pd.read_json(path)
+    return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+
+
+def validate(table: pd.DataFrame, spec: TextTableSpec, source: str = "table") -> None:
+    """Every named column exists and every label is a number; all problems in one error."""
+    problems = []
+    if not spec.text_columns:
+        problems.append("no text_columns given")
+    if not spec.label_columns:
+        problems.append("no label_columns given")
+    named = spec.text_columns + spec.label_columns + spec.context_columns + spec.persona_columns \
+        + [c for c in (spec.group_column, spec.order_column) if c]
+    missing = [c for c in dict.fromkeys(named) if c not in table.columns]
+    if missing:
+        problems.append(f"missing column(s) {missing}; the table has {list(table.columns)}")
+    if spec.context_turns > 0 and not spec.group_column:
+        problems.append("context_turns > 0 needs a group_column (the conversation)")
+    if spec.context_turns < 0:
+        problems.append(f"context_turns must be >= 0, got {spec.context_turns}")
+    for column in spec.label_columns:
+        if column not in table.columns:
+            continue
+        values = pd.to_numeric(table[column], errors="coerce")
+        bad = np.flatnonzero(values.isna().to_numpy())
+        for i in bad[:5]:
+            problems.append(f"{source}, line {i + 2}, field {column!r}: {table[column].iloc[i]!r} is not a number")
+        if len(bad) > 5:
+            problems.append(f"... and {len(bad) - 5} more rows with a non-numeric {column!r}")
+    if len(table) == 0:
+        problems.append("the table has no rows")
+    if problems:
+        raise ValueError(f"{source}: " + "; ".join(problems))
+
+
+def text_fields(table: pd.DataFrame, spec: TextTableSpec) -> dict[str, list[str]]:
+    """The strings of every field per row; `previous_turns` joins the k preceding turns of the group."""
+    fields = {c: table[c].fillna("").astype(str).tolist() for c in spec.text_columns + spec.context_columns}
+    if spec.context_turns > 0:
+        turn_text = table[spec.text_columns[0]].fillna("").astype(str)
+        if len(spec.text_columns) > 1 or spec.context_columns:
+            parts = [table[c].fillna("").astype(str) for c in spec.context_columns + spec.text_columns]
+            turn_text = parts[0].str.cat(parts[1:], sep=" ") if len(parts) > 1 else parts[0]
+        order = table[spec.order_column] if spec.order_column else pd.Series(np.arange(len(table)), index=table.index)
+        frame = pd.DataFrame({"g": table[spec.group_column].astype(str), "o": order, "t": turn_text,
+                              "i": np.arange(len(table))}).sort_values(["g", "o", "i"], kind="stable")
+        previous = [""] * len(table)
+        for _, rows in frame.groupby("g", sort=False):
+            texts = rows.t.tolist()
+            for j, i in enumerate(rows.i.tolist()):
+                previous[i] = " ".join(texts[max(0, j - spec.context_turns):j])
+        fields[PREVIOUS_TURNS] = previous
+    return fields
+
+
+def labels(table: pd.DataFrame, spec: TextTableSpec) -> np.ndarray:
+    return table[spec.label_columns].apply(pd.to_numeric).to_numpy(dtype=np.float32)
+
+
+def grouped_folds(table: pd.DataFrame, spec: TextTableSpec, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) row indices per fold; grouped when a group column is given, stratified by the
+    (rounded) first label where possible so every fold sees every level."""
+    n = len(table)
+    if n_folds < 2:
+        raise ValueError(f"n_folds must be >= 2, got {n_folds}")
+    strata = _strata(np.round(labels(table, spec)[:, 0]).astype(int), n_folds)
+    if spec.group_column:
+        groups = table[spec.group_column].astype(str).to_numpy()
+        unique = np.unique(groups)
+        if len(unique) < n_folds:
+            raise ValueError(f"{len(unique)} groups in {spec.group_column!r} cannot fill {n_folds} folds")
+        if len(np.unique(strata)) > 1 and len(np.unique(strata)) <= 20:
+            splitter = StratifiedGroupKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+            return [(tr, te) for tr, te in splitter.split(np.zeros(n), strata, groups)]
+        # GroupKFold breaks ties between equal-sized groups by label order: relabel groups at random
+        relabel = dict(zip(unique, np.random.default_rng(seed).permutation(len(unique))))
+        codes = np.array([relabel[g] for g in groups])
+        return [(tr, te) for tr, te in GroupKFold(n_splits=n_folds).split(np.zeros(n), groups=codes)]
+    if n < n_folds:
+        raise ValueError(f"{n} rows cannot fill {n_folds} folds")
+    return [(tr, te) for tr, te in KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(np.zeros(n))]
+
+
+def _strata(levels: np.ndarray, n_folds: int) -> np.ndarray:
+    """Label levels for stratification; a level with fewer than n_folds rows joins its nearest larger one."""
+    values, counts = np.unique(levels, return_counts=True)
+    common = values[counts >= n_folds]
+    if len(common) == 0:
+        return np.zeros_like(levels)
+    return np.array([v if v in common else common[np.argmin(np.abs(common - v))] for v in levels])
+
+
+def inner_validation_split(train_idx: np.ndarray, table: pd.DataFrame, spec: TextTableSpec, fraction: float,
+                           seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split a training fold into train / validation (grouped) for early stopping and checkpoints."""
+    if fraction <= 0:
+        return train_idx, train_idx[:0]
+    rng = np.random.default_rng(seed)
+    if spec.group_column:
+        groups = table[spec.group_column].astype(str).to_numpy()[train_idx]
+        unique = np.unique(groups)
+        n_val = max(1, int(round(len(unique) * fraction)))
+        val_groups = set(rng.choice(unique, size=n_val, replace=False).tolist())
+        is_val = np.array([g in val_groups for g in groups])
+    else:
+        is_val = np.zeros(len(train_idx), dtype=bool)
+        is_val[rng.choice(len(train_idx), size=max(1, int(round(len(train_idx) * fraction))), replace=False)] = True
+    return train_idx[~is_val], train_idx[is_val]
+
+
+class PersonaEncoder:
+    """Fitted on a training fold: category ids per string column, z-scores per numeric column."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = list(columns)
+        self.categorical: dict[str, list[str]] = {}
+        self.numeric: dict[str, tuple[float, float]] = {}
+
+    def fit(self, table: pd.DataFrame) -> "PersonaEncoder":
+        for c in self.columns:
+            values = table[c]
+            if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+                v = values.astype(float)
+                self.numeric[c] = (float(v.mean()), float(v.std(ddof=0)) or 1.0)
+            else:
+                self.categorical[c] = sorted(values.dropna().astype(str).unique().tolist())
+        return self
+
+    @property
+    def cardinalities(self) -> list[int]:
+        """Vocabulary size per categorical column: its categories plus one 'unknown / missing' id (0)."""
+        return [len(v) + 1 for v in self.categorical.values()]
+
+    @property
+    def n_numeric(self) -> int:
+        return len(self.numeric)
+
+    def transform(self, table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(category ids N x C int64, numeric z-scores N x K float32), missing -> 0."""
+        ids = np.zeros((len(table), len(self.categorical)), dtype=np.int64)
+        for j, (c, vocab) in enumerate(self.categorical.items()):
+            lookup = {v: i + 1 for i, v in enumerate(vocab)}
+            ids[:, j] = [lookup.get(str(v), 0) if pd.notna(v) else 0 for v in table[c]]
+        numeric = np.zeros((len(table), len(self.numeric)), dtype=np.float32)
+        for j, (c, (mean, std)) in enumerate(self.numeric.items()):
+            numeric[:, j] = np.nan_to_num((pd.to_numeric(table[c], errors="coerce").to_numpy(float) - mean) / std)
+        return ids, numeric
+
+    def state(self) -> dict:
+        return {"columns": self.columns, "categorical": self.categorical, "numeric": self.numeric}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "PersonaEncoder":
+        encoder = cls(state["columns"])
+        encoder.categorical = {k: list(v) for k, v in state["categorical"].items()}
+        encoder.numeric = {k: tuple(v) for k, v in state["numeric"].items()}
+        return encoder

@@ -1,0 +1,101 @@
+"""One sweep job as Hydra runs it: the value a sweeper optimizes, and failures that do not stop a sweep.
+
+Hydra's multirun stops at the first job that raises. `run_job` catches the error of a multirun
+job instead, records it as `failures/<job number>.json` in the sweep folder (one file per job, so
+jobs running in parallel on a cluster never write the same file) and returns None, which the Optuna
+sweeper records as a failed trial. `FailureReport`, a Hydra callback, lists them all in
+`failures.json` and the log when the sweep ends. A single run (no -m) still raises.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+# conf/hydra/launcher/submitit_{slurm,local}.yaml keep the plugin's names (hydra/launcher=submitit_slurm)
+# and are meant to be checked against its schema; Hydra warns about that matching on every run.
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_(slurm|local)' is validated against ConfigStore",
+                        category=UserWarning)
+
+FAILURES_DIR = "failures"
+FAILURES_FILE = "failures.json"
+
+
+def metric_value(results: dict[str, Any], name: str | None) -> float | None:
+    """The validation metric a sweeper optimizes: the best value the checkpoint callback saw when
+    it monitors `name`, otherwise the last epoch's; test metrics are never returned."""
+    if not name or results.get("skipped"):  # a grid cell the model cannot run has no metric
+        return None
+    if not name.startswith("val/"):
+        raise ValueError(f"optimized_metric must be a validation metric (val/...), got '{name}'")
+    best = results.get("best_validation", {})
+    value = best.get(name, results.get("validation", {}).get(name))
+    if value is None:
+        raise KeyError(f"optimized_metric '{name}' was not logged; logged: {sorted(results.get('validation', {}))}")
+    return float(value) if math.isfinite(float(value)) else None
+
+
+def _multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def record_failure(sweep_dir: Path, job_num: int, overrides: list[str], error: BaseException) -> Path:
+    """Write one failed job's overrides and error to the sweep folder."""
+    folder = Path(sweep_dir) / FAILURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{job_num}.json"
+    path.write_text(json.dumps({
+        "job": job_num, "overrides": list(overrides), "error": f"{type(error).__name__}: {error}",
+        "traceback": "".join(traceback.format_exception(error)),
+    }, indent=1))
+    return path
+
+
+def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
+    """Run `task(cfg)` and return `cfg.optimized_metric` from its results; in a multirun a failing
+    job is recorded and returns None so the other jobs still run."""
+    try:
+        results = task(cfg)
+        return metric_value(results, cfg.get("optimized_metric"))
+    except Exception as error:
+        if not _multirun():
+            raise
+        hydra_cfg = HydraConfig.get()
+        path = record_failure(Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num),
+                              list(hydra_cfg.overrides.task), error)
+        log.error("job %s failed (%s: %s); recorded in %s, the sweep goes on",
+                  hydra_cfg.job.num, type(error).__name__, error, path)
+        return None
+
+
+def collect_failures(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every recorded failure of a sweep, by job number."""
+    folder = Path(sweep_dir) / FAILURES_DIR
+    records = [json.loads(p.read_text()) for p in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(records, key=lambda r: r["job"])
+
+
+class FailureReport(Callback):
+    """At the end of a multirun, list the failed jobs in `<sweep dir>/failures.json` and the log."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        failures = collect_failures(sweep_dir)
+        if not failures:
+            return
+        summary = [{k: r[k] for k in ("job", "overrides", "error")} for r in failures]
+        (sweep_dir / FAILURES_FILE).write_text(json.dumps(summary, indent=1))
+        lines = "\n".join(f"  job {r['job']} ({' '.join(r['overrides'])}): {r['error']}" for r in summary)
+        log.error("%d job(s) of the sweep failed (details in %s):\n%s", len(summary), sweep_dir / FAILURES_FILE, lines)

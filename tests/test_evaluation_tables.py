@@ -1,0 +1,112 @@
+"""Paper tables from a sweep folder: seeds -> mean ± std, best bold / second underlined, md/tex/csv."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from src.evaluation.sweep import PaperTablesCallback, collect_runs, evaluate_sweep, skipped_runs
+from src.evaluation.tables import aggregate_runs, rank_marks, to_latex, to_markdown
+from src.metrics import ALL_METRIC_NAMES
+
+MODELS = {"src.models.lf_lstm.LFLSTM": 0.30, "src.models.tfn.TFN": 0.10, "src.models.amer.AMER": 0.20}
+MODALITIES = {"t": ["text"], "v+t": ["video", "text"]}
+
+
+def _job(root: Path, num: int, target: str, modality: str, seed: int, pearson: float, **data) -> Path:
+    job = root / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    cfg = {"model": {"net": {"_target_": target}}, "modality": {"short": modality, "names": MODALITIES[modality]},
+           "seed": seed, "data": {"scenario": "story_share", **data}}
+    OmegaConf.save(OmegaConf.create(cfg), job / ".hydra" / "config.yaml")
+    values = {m: 0.2 for m in ALL_METRIC_NAMES} | {"pearson": pearson, "mse": 0.3 - pearson / 2}
+    (job / "test_metrics.json").write_text(json.dumps({"model": {"window": values, "rating": values}}))
+    return job
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """3 models x 2 modality subsets x 3 seeds with known Pearson means (model base + 0.05 for v+t)."""
+    num = 0
+    for target, base in MODELS.items():
+        for modality in MODALITIES:
+            for seed, noise in zip((1, 2, 3), (-0.01, 0.0, 0.01)):
+                _job(tmp_path, num, target, modality, seed, base + (0.05 if modality == "v+t" else 0) + noise)
+                num += 1
+    skipped = tmp_path / str(num)
+    skipped.mkdir()
+    (skipped / "skipped.json").write_text(json.dumps({"skipped": True, "reason": "needs text"}))
+    return tmp_path
+
+
+def test_collect_and_aggregate_seeds(sweep):
+    runs = collect_runs(sweep)
+    assert len(runs) == 3 * 2 * 3 * 2  # jobs x levels; the skipped job has no metrics
+    summary = aggregate_runs(runs[runs.level == "rating"])
+    assert list(summary["model"]) == ["AMER", "AMER", "TFN", "TFN", "LF-LSTM", "LF-LSTM"]  # the paper's order
+    assert list(summary["modality"][:2]) == ["t", "v+t"]
+    row = summary[(summary.model == "LF-LSTM") & (summary.modality == "v+t")].iloc[0]
+    assert row["pearson_mean"] == pytest.approx(0.35)
+    assert row["pearson_std"] == pytest.approx(np.std([-0.01, 0, 0.01], ddof=1))
+    assert row["n_runs"] == 3
+    assert skipped_runs(sweep) == [{"skipped": True, "reason": "needs text"}]
+
+
+def test_best_bold_second_underlined_in_markdown_and_latex(sweep):
+    summary = aggregate_runs(collect_runs(sweep).query("level == 'rating'"))
+    marks = rank_marks(summary, ("pearson", "mse"))
+    best = summary.index[(summary.model == "LF-LSTM") & (summary.modality == "v+t")][0]
+    second = summary.index[(summary.model == "LF-LSTM") & (summary.modality == "t")][0]
+    assert marks[(best, "pearson")] == "best" and marks[(second, "pearson")] == "second"
+    assert marks[(best, "mse")] == "best"  # lower is better for MSE
+    markdown = to_markdown(summary)
+    assert "**35.0 ± 1.0**" in markdown and "<u>30.0 ± 1.0</u>" in markdown
+    assert markdown.count("| LF-LSTM |") == 1  # the model named on its first row only
+    latex = to_latex(summary, caption="c")
+    assert r"\mathbf{35.0 \pm 1.0}" in latex and r"\underline{30.0 \pm 1.0}" in latex and r"\toprule" in latex
+
+
+def test_ties_share_the_mark():
+    summary = pd.DataFrame({"model": ["A", "B", "C"], "modality": ["t"] * 3, "pearson_mean": [0.2, 0.2, 0.1],
+                            "pearson_std": [0.0] * 3, "n_runs": [1] * 3})
+    marks = rank_marks(summary, ("pearson",))
+    assert marks[(0, "pearson")] == marks[(1, "pearson")] == "best" and marks[(2, "pearson")] == "second"
+
+
+def test_evaluate_sweep_writes_md_tex_csv_and_plots(sweep, tmp_path):
+    out = tmp_path / "tables"
+    result = evaluate_sweep(sweep, out, plots=True)
+    for level in ("window", "rating"):
+        for ext in ("md", "tex", "csv"):
+            assert (out / f"paper_table_{level}.{ext}").stat().st_size > 100
+        assert (out / f"ablation_{level}_pearson.png").stat().st_size > 5000
+    csv = pd.read_csv(out / "paper_table_rating.csv")
+    assert len(csv) == 6 and {"pearson_mean", "pearson_std", "n_runs"} <= set(csv.columns)
+    assert result["summaries"]["rating"]["pearson_mean"].max() == pytest.approx(0.35)
+
+
+def test_callback_writes_tables_into_the_sweep_dir(sweep, capsys):
+    PaperTablesCallback(plots=False).on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}}))
+    assert (sweep / "paper_table_rating.md").exists() and "LF-LSTM" in capsys.readouterr().out
+
+
+def test_folds_are_aggregated_and_coverage_checked(tmp_path):
+    for fold in range(3):
+        job = _job(tmp_path, fold, "src.models.lf_lstm.LFLSTM", "t", 1, 0.1 * fold, cv_folds=3, cv_fold=fold)
+        pd.DataFrame({"participant_id": [f"p{fold}a", f"p{fold}b"], "predicted": [3, 4], "rated": [2, 5]}).to_csv(
+            job / "test_predictions.csv", index=False)
+    evaluate_sweep(tmp_path, tmp_path / "out", plots=False)
+    coverage = pd.read_csv(tmp_path / "out" / "cv_coverage.csv").iloc[0]
+    assert coverage["folds"] == 3 and coverage["participants_tested"] == 6 and coverage["tested_twice_or_more"] == 0
+    summary = pd.read_csv(tmp_path / "out" / "paper_table_rating.csv").iloc[0]
+    assert summary["pearson_mean"] == pytest.approx(0.1) and summary["n_runs"] == 3
+    assert "over folds" in (tmp_path / "out" / "paper_table_rating.tex").read_text()
+
+
+def test_empty_sweep_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no finished runs"):
+        collect_runs(tmp_path)

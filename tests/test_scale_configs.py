@@ -1,0 +1,95 @@
+"""Scale-out configs compose (launchers, Optuna search, loggers, DDP trainers), the sweeper gets a
+validation metric, and a failing multirun job is recorded instead of stopping the sweep."""
+from __future__ import annotations
+
+import json
+import math
+
+import hydra
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+import src.utils.multirun as multirun
+from src.utils import PROJECT_ROOT
+
+CONF = PROJECT_ROOT / "conf"
+# conf/hydra/launcher/submitit_*.yaml keep the plugin's names and are checked against its schema on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
+
+
+def _compose(overrides: list[str], tmp_path):
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(tmp_path)
+    return cfg
+
+
+def test_optuna_search_minimizes_a_validation_metric(tmp_path):
+    cfg = _compose(["hparams_search=optuna"], tmp_path)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and "TPESampler" in sweeper.sampler._target_
+    assert cfg.optimized_metric.startswith("val/") and sweeper.direction == "minimize"
+    assert sweeper.n_trials > 1 and "model.optimizer.lr" in sweeper.params
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+
+
+@pytest.mark.parametrize("launcher,target", [("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher")])
+def test_submitit_launchers_compose_and_instantiate(launcher, target, tmp_path):
+    cfg = _compose([f"hydra/launcher={launcher}"], tmp_path)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    if launcher == "submitit_slurm":  # resources and requeue live in the config
+        for key in ("partition", "gpus_per_node", "timeout_min", "mem_gb", "array_parallelism"):
+            assert key in cfg.hydra.launcher
+        assert cfg.hydra.launcher.max_num_timeout > 0
+    hydra.utils.instantiate(cfg.hydra.launcher)
+
+
+def test_wandb_runs_are_grouped_and_tagged_and_private_data_stays_off(tmp_path):
+    cfg = _compose(["logger=many", "experiment=demo", "model=tfn", "modality=v+t", "seed=3"], tmp_path)
+    assert set(cfg.logger) == {"csv", "tensorboard", "wandb", "mlflow"}
+    logger = hydra.utils.instantiate(cfg.logger.wandb)
+    init = logger._wandb_init
+    assert init["group"] == "demo" and init["project"] == "empathic-fusion"
+    assert {"model=tfn", "modality=v+t", "seed=3", "demo"} <= set(init["tags"])
+    settings = init["settings"]
+    assert settings.console == "off" and not settings.save_code and settings.x_disable_meta
+    # a requeued job (same run folder) continues the same W&B run
+    assert hydra.utils.instantiate(cfg.logger.wandb)._wandb_init["id"] == init["id"]
+    assert "api_key" not in str(cfg.logger)  # keys come from the environment only
+
+
+def test_metric_for_the_sweeper_is_validation_only():
+    results = {"validation": {"val/loss": 0.3, "val/rating/pearson": 0.5}, "best_validation": {"val/loss": 0.2},
+               "model": {"rating": {"pearson": 0.9}}}
+    assert multirun.metric_value(results, "val/loss") == 0.2  # the checkpoint's best, not the last epoch's
+    assert multirun.metric_value(results, "val/rating/pearson") == 0.5
+    assert multirun.metric_value({"validation": {"val/loss": math.nan}}, "val/loss") is None
+    assert multirun.metric_value({"skipped": True}, "val/loss") is None
+    with pytest.raises(ValueError, match="validation metric"):
+        multirun.metric_value(results, "test/rating/pearson")
+
+
+def _failing(cfg):
+    raise RuntimeError("out of memory on purpose")
+
+
+def test_failing_multirun_job_is_recorded_and_listed(tmp_path):
+    cfg = _compose([], tmp_path)
+    with pytest.raises(RuntimeError):  # a single run still raises
+        multirun.run_job(_failing, cfg)
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.mode = "MULTIRUN"
+        cfg.hydra.sweep.dir = str(tmp_path / "sweep")
+        cfg.hydra.job.num = 3
+        cfg.hydra.overrides.task = ["seed=5"]
+    HydraConfig().set_config(cfg)
+    assert multirun.run_job(_failing, cfg) is None
+    assert multirun.run_job(lambda c: {"best_validation": {"val/loss": 0.25}}, cfg) == 0.25
+    multirun.FailureReport().on_multirun_end(cfg)
+    listed = json.loads((tmp_path / "sweep" / "failures.json").read_text())
+    assert listed == [{"job": 3, "overrides": ["seed=5"], "error": "RuntimeError: out of memory on purpose"}]

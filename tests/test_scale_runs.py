@@ -1,0 +1,172 @@
+"""Scale-out runs on CPU with the tiny dataset: resume after a kill, several loggers at once, a
+submitit_local sweep with W&B offline (one run per job, nothing private in them, a failing job
+listed), a 2-trial Optuna search on a validation metric and a 2-process DDP run."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict
+
+from src.datamodules.sampler import RatingOversampler
+from src.pipeline import build_datamodule, train
+from src.utils import PROJECT_ROOT
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
+
+BATCH = 16
+
+
+def _data_overrides(dataset: Path, store: Path) -> list[str]:
+    """The tiny dataset with a small LF-LSTM on audio+text (the 2731-d video LSTM is ~8x slower on CPU)."""
+    return [f"data.dataset_dir={dataset}", f"data.store_dir={store}", "data.demo=null", "data.extract_workers=1",
+            "modality=a+t",
+            "data.split_fractions=[0.6,0.2,0.2]", f"data.batch_size={BATCH}", "model=lf_lstm",
+            "model.net.hidden_sizes={video:8,audio:8,text:8}", "model.net.representation_dim=16",
+            "model.net.post_fusion_hidden=16", "model.head=regression", "model.optimizer.lr=1e-3",
+            "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+            "evaluation.bootstrap=0", "evaluation.plots=false"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dataset, tiny_store):
+    """The tiny data, with its split persisted once here (parallel jobs then only read it)."""
+    cfg = _cfg(_data_overrides(tiny_dataset, tiny_store), tiny_store.parent / "unused")
+    datamodule = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True),
+                                  OmegaConf.to_container(cfg.features, resolve=True), list(cfg.modality.names))
+    datamodule.setup("fit")
+    classes = np.round(datamodule.datasets["train"].ratings).astype(int)
+    return {"dataset": tiny_dataset, "store": tiny_store, "epoch_windows": RatingOversampler(classes).epoch_length}
+
+
+def _cfg(overrides: list[str], out: Path):
+    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(out)
+    return cfg
+
+
+class KillAfterFirstEpoch(L.Callback):
+    """Stands in for a killed job: dies once the first epoch and its checkpoint are done (at the start
+    of the second: ModelCheckpoint saves at the end of an epoch, after the other callbacks)."""
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == 1:
+            raise RuntimeError("killed after epoch 1")
+
+
+def test_killed_run_resumes_at_the_same_step(tiny, tmp_path):
+    common = _data_overrides(tiny["dataset"], tiny["store"]) + ["trainer.max_epochs=2", "+trainer.limit_train_batches=4",
+                                                                 "test=false", "seed=4"]
+    whole = train(_cfg(common + ["logger=[csv,tensorboard,mlflow]", f"logger.mlflow.tracking_dir={tmp_path}/mlflow"],
+                       tmp_path / "whole"))
+    assert whole["global_step"] == 2 * min(4, math.ceil(tiny["epoch_windows"] / BATCH))
+
+    with pytest.raises(RuntimeError, match="killed after epoch 1"):
+        train(_cfg(common, tmp_path / "killed"), extra_callbacks=[KillAfterFirstEpoch()])
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["global_step"] == whole["global_step"] // 2
+    resumed = train(_cfg(common + ["ckpt_path=last"], tmp_path / "killed"))
+    assert resumed["global_step"] == whole["global_step"]
+    assert resumed["best_validation"]["val/loss"] > 0
+
+    # every logger of the uninterrupted run got the metrics and the run's identity
+    info = json.loads((tmp_path / "whole" / "run_info.json").read_text())
+    assert len(info["split_hash"]) >= 8 and info["feature_manifest_hash"] and info["git_commit"]
+    assert info["config"]["model"]["optimizer"]["lr"] == 1e-3 and "hydra" not in info["config"]
+    assert list((tmp_path / "whole" / "tensorboard").rglob("events.out.tfevents.*"))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("empathic-fusion").experiment_id])
+    assert run.data.params["split_hash"] == info["split_hash"] and "val/loss" in run.data.metrics
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb_home"), "WANDB_SILENT": "true",
+            "WANDB_CONFIG_DIR": str(tmp_path / "wandb_home"), "WANDB_CACHE_DIR": str(tmp_path / "wandb_home"),
+            "WANDB_DATA_DIR": str(tmp_path / "wandb_home"), "PYTHONWARNINGS": "ignore"}
+
+
+def _train_py(args: list[str], env: dict[str, str], timeout: int = 400) -> subprocess.CompletedProcess:
+    run = subprocess.run([sys.executable, str(PROJECT_ROOT / "train.py"), *args], cwd=PROJECT_ROOT, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
+
+
+def _private_strings(dataset: Path) -> list[str]:
+    """Participant ids, what participants said and the stories' texts."""
+    participants = pd.read_csv(dataset / "participants.csv").participant_id.tolist()
+    said = [t for f in (dataset / "transcripts").glob("*.csv") for t in
+            pd.read_csv(f).query("speaker == 'participant'").text.dropna().tolist()]
+    stories = pd.read_csv(dataset / "stories.csv")
+    texts = [t for c in stories.columns if c.endswith("text") for t in stories[c].dropna().tolist()]
+    return participants + said + texts
+
+
+def test_submitit_local_sweep_with_wandb_offline(tiny, tmp_path):
+    sweep = tmp_path / "sweep"
+    _train_py(["-m", *_data_overrides(tiny["dataset"], tiny["store"]), "hydra/launcher=submitit_local",
+               f"hydra.sweep.dir={sweep}", "logger=[csv,wandb]", "trainer.max_epochs=1",
+               "model.optimizer.lr=1e-3,2e-3,-1", "seed=2"], _env(tmp_path))
+    # the job with a negative learning rate failed; the other two completed and the failure is listed
+    assert (sweep / "0" / "test_metrics.json").exists() and (sweep / "1" / "test_metrics.json").exists()
+    (failure,) = json.loads((sweep / "failures.json").read_text())
+    assert failure["job"] == 2 and "model.optimizer.lr=-1" in failure["overrides"] and "learning rate" in failure["error"]
+
+    runs = {job: list((sweep / str(job) / "wandb").glob("offline-run-*")) for job in range(3)}
+    assert all(len(found) == 1 for found in runs.values()), runs  # one W&B run per job, closed between jobs
+    ids = [(sweep / str(job) / "wandb_run_id").read_text() for job in range(3)]
+    assert len(set(ids)) == 3 and all(runs[job][0].name.endswith(ids[job]) for job in range(3))
+    private = [s for s in _private_strings(tiny["dataset"]) if len(s) >= 4]
+    assert len(private) > 40
+    checked = 0
+    for found in runs.values():
+        for path in found[0].rglob("*"):
+            if path.is_file():
+                content = path.read_bytes().decode("utf-8", errors="ignore")
+                leaked = [s for s in private if s in content]
+                assert not leaked, f"{path} contains {leaked[:3]}"
+                checked += 1
+    assert checked >= 3
+
+
+def test_optuna_search_optimizes_validation_loss(tiny, tmp_path):
+    sweep = tmp_path / "optuna"
+    _train_py(["hparams_search=optuna", f"hydra.sweep.dir={sweep}", "hydra.sweeper.n_trials=2",
+               "hydra.sweeper.sampler.n_startup_trials=1", "trainer.max_epochs=1", "test=false", "logger=csv",
+               *_data_overrides(tiny["dataset"], tiny["store"])], _env(tmp_path))
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    val_losses = []
+    for job in ("0", "1"):
+        metrics = pd.read_csv(next((sweep / job / "csv").rglob("metrics.csv")))
+        val_losses.append(metrics["val/loss"].dropna().min())
+        assert not [c for c in metrics.columns if c.startswith("test/")]  # nothing was tested
+    assert best["best_value"] == pytest.approx(min(val_losses), rel=1e-5)
+    # lr and batch size are fixed by the overrides above, so the search ran over weight decay
+    assert set(best["best_params"]) == {"model.optimizer.weight_decay"}
+
+
+def test_ddp_on_two_cpu_processes_shards_the_oversampled_epoch(tiny, tmp_path):
+    out = tmp_path / "ddp"
+    _train_py(["trainer=ddp_cpu", f"hydra.run.dir={out}", "trainer.max_epochs=1", "logger=csv",
+               *_data_overrides(tiny["dataset"], tiny["store"])], _env(tmp_path))
+    steps = torch.load(out / "checkpoints" / "last.ckpt", weights_only=False)["global_step"]
+    # each process ran half of the epoch's oversampled windows (not all of them, not padded)
+    assert steps == math.ceil((tiny["epoch_windows"] // 2) / BATCH)
+    assert json.loads((out / "test_metrics.json").read_text())["model"]["rating"]["mse"] > 0
