@@ -7,7 +7,6 @@ normalisation statistics from the training split, and the three window datasets.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
