@@ -5,13 +5,12 @@ from pathlib import Path
 
 import hydra
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from src.models.empathy_module import EmpathyModule
 from src.pipeline import build_datamodule
 from src.utils import PROJECT_ROOT
+from src.utils.compose import compose_config
 
 CONF = PROJECT_ROOT / "conf"
 
@@ -21,12 +20,7 @@ def _options(group: str) -> list[str]:
 
 
 def _compose(name: str, overrides: list[str], tmp_path: Path):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path)
-    return cfg
+    return compose_config(overrides, tmp_path, name)
 
 
 COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _options("model")] \

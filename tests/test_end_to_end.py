@@ -5,21 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from src.pipeline import evaluate, train
-from src.utils import PROJECT_ROOT
+from src.utils.compose import compose_config
 
 
 def _cfg(name: str, overrides: list[str], out: Path):
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-    return cfg
+    return compose_config(overrides, out, name)
 
 
 @pytest.fixture(scope="module")

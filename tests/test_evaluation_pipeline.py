@@ -3,19 +3,16 @@ validation, CIs, breakdown, plots), grid-cell skipping and evaluate.py on a swee
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 from scipy import stats
 
 from src.datamodules.splits import participant_folds
 from src.dataset import load_dataset
 from src.pipeline import evaluate, train
-from src.utils import PROJECT_ROOT
+from src.utils.compose import compose_config
 
 IDS = [f"p{i:02d}" for i in range(41)]
 
@@ -35,13 +32,7 @@ def test_participant_folds_give_everyone_exactly_one_test_turn():
         participant_folds(IDS[:3], 5, 0, 0.2, 0)
 
 
-def _cfg(overrides: list[str], out: Path, name: str = "train"):
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-    return cfg
+_cfg = compose_config
 
 
 def _data(tiny_dataset, tiny_store) -> list[str]:

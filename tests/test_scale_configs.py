@@ -7,25 +7,19 @@ import math
 
 import hydra
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
 import src.utils.multirun as multirun
 from src.utils import PROJECT_ROOT
+from src.utils.compose import compose_config
 
 CONF = PROJECT_ROOT / "conf"
 # conf/hydra/launcher/submitit_*.yaml keep the plugin's names and are checked against its schema on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
 
 
-def _compose(overrides: list[str], tmp_path):
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(tmp_path)
-    return cfg
+_compose = compose_config
 
 
 def test_optuna_search_minimizes_a_validation_metric(tmp_path):

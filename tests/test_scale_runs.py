@@ -16,13 +16,12 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from src.datamodules.sampler import RatingOversampler
 from src.pipeline import build_datamodule, train
 from src.utils import PROJECT_ROOT
+from src.utils.compose import compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
 
@@ -51,13 +50,7 @@ def tiny(tiny_dataset, tiny_store):
     return {"dataset": tiny_dataset, "store": tiny_store, "epoch_windows": RatingOversampler(classes).epoch_length}
 
 
-def _cfg(overrides: list[str], out: Path):
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    HydraConfig().set_config(cfg)
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(out)
-    return cfg
+_cfg = compose_config
 
 
 class KillAfterFirstEpoch(L.Callback):

@@ -117,7 +117,7 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
 def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,
               metrics: tuple[str, ...]) -> str:
     """Markdown: estimate [low, high] per level and metric."""
-    lines = [f"| level | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    lines = ["| level | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
     for level, values in ci.items():
         lines.append(f"| {level} | " + " | ".join(
             f"{values[m]['estimate']:.3f} [{values[m]['low']:.3f}, {values[m]['high']:.3f}]" for m in metrics) + " |")
