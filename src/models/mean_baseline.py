@@ -1,8 +1,8 @@
 """`mean` baseline: predicts the training split's mean rating whatever the input.
 
 It runs through the same LightningModule as the fusion models: this net ignores its inputs and
-returns a placeholder Z, and the `constant` head holds the value, set from the datamodule's
-training-split mean at the start of fit (no gradient step). Its test rows therefore equal the
+returns a one-dimensional zero Z that nothing reads, and the `constant` head holds the value, set
+from the datamodule's training-split mean at the start of fit (no gradient step). Its test rows therefore equal the
 "constant train mean" rows the report prints next to every model.
 """
 from __future__ import annotations
