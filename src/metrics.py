@@ -14,13 +14,9 @@ split with a single class still gets its accuracy. Only an empty input gives NaN
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-
 import numpy as np
 import torch
-from torchmetrics.functional import (concordance_corrcoef, mean_absolute_error, mean_squared_error,
-                                     pearson_corrcoef, spearman_corrcoef)
-from torchmetrics.functional.classification import binary_accuracy, binary_f1_score
+from scipy.stats import rankdata
 
 METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
 EXTRA_METRIC_NAMES = ("mae", "ccc")
@@ -35,23 +31,41 @@ def rating_threshold_to_target(threshold_rating: float) -> float:
     return (threshold_rating - 3.0) / 2.0
 
 
-def _correlation(fn: Callable, pred: torch.Tensor, target: torch.Tensor, name: str) -> float:
-    if len(pred) < 2 or pred.max() == pred.min() or target.max() == target.min():
-        warnings.warn(f"{name}: constant predictions or targets (or fewer than 2 items); reported as 0", stacklevel=3)
-        return 0.0
-    return float(fn(pred.double(), target.double()))
+def _warn_degenerate(pred: np.ndarray, target: np.ndarray, true_class: np.ndarray) -> None:
+    """Say which metrics fall back to their defined values (see the module docstring)."""
+    if len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(target) == 0:
+        for name in ("pearson", "spearman"):
+            warnings.warn(f"{name}: constant predictions or targets (or fewer than 2 items); reported as 0", stacklevel=3)
+        if len(pred) < 2:
+            warnings.warn("ccc: fewer than 2 items; reported as 0", stacklevel=3)
+        else:
+            same = bool(np.array_equal(pred, target))
+            warnings.warn(f"ccc: constant predictions or targets; reported as {int(same)}", stacklevel=3)
+    if true_class.min() == true_class.max():
+        warnings.warn(f"accuracy/f1: every target is on one side of the threshold ({'above' if true_class[0] else 'at or below'}); "
+                      "F1 is 0 without positives", stacklevel=3)
 
 
-def _concordance(pred: torch.Tensor, target: torch.Tensor) -> float:
-    """Lin's CCC; with a constant side it is 0 (warned), or 1 when predictions equal the targets."""
-    if len(pred) < 2:
-        warnings.warn("ccc: fewer than 2 items; reported as 0", stacklevel=3)
-        return 0.0
-    if pred.max() == pred.min() or target.max() == target.min():  # covariance 0: CCC is 0 unless both agree exactly
-        same = bool(torch.equal(pred, target))
-        warnings.warn(f"ccc: constant predictions or targets; reported as {int(same)}", stacklevel=3)
-        return float(same)
-    return float(concordance_corrcoef(pred.double(), target.double()))
+def metric_values(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
+                  pred_threshold: float | None = None) -> dict[str, float]:
+    """Every metric in ALL_METRIC_NAMES for two non-empty 1-D float arrays, without checks or warnings:
+    the core that `empathy_metrics`, the participant bootstrap (thousands of resamples) and the text
+    metrics share. Degenerate cases take the defined values of the module docstring."""
+    pred_class = pred > (threshold if pred_threshold is None else pred_threshold)
+    true_class = target > threshold
+    tp = float((pred_class & true_class).sum())
+    positives = float(pred_class.sum() + true_class.sum())
+    if len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(target) == 0:
+        pearson = spearman = 0.0
+        ccc = float(np.array_equal(pred, target)) if len(pred) >= 2 else 0.0
+    else:
+        pearson = float(np.corrcoef(pred, target)[0, 1])
+        spearman = float(np.corrcoef(rankdata(pred), rankdata(target))[0, 1])  # ties get average ranks
+        cov = np.cov(pred, target, ddof=1)
+        ccc = float(2 * cov[0, 1] / (cov[0, 0] + cov[1, 1] + (pred.mean() - target.mean()) ** 2))
+    return {"pearson": pearson, "spearman": spearman, "accuracy": float((pred_class == true_class).mean()),
+            "f1": 2 * tp / positives if positives else 0.0, "mse": float(np.mean((pred - target) ** 2)),
+            "mae": float(np.mean(np.abs(pred - target))), "ccc": ccc}
 
 
 def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float = 0.0,
@@ -59,30 +73,18 @@ def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float =
     """Every metric in ALL_METRIC_NAMES for 1-D predictions and targets on the cosine scale.
 
     `threshold` binarises the truth (and the prediction unless `pred_threshold` is given, e.g. a
-    cutoff chosen on validation with `choose_threshold`).
+    cutoff chosen on validation with `choose_threshold`). Degenerate cases are warned about.
     """
-    pred = torch.as_tensor(pred).detach().flatten().double().cpu()
-    target = torch.as_tensor(target).detach().flatten().double().cpu()
+    pred = torch.as_tensor(pred).detach().flatten().double().cpu().numpy()
+    target = torch.as_tensor(target).detach().flatten().double().cpu().numpy()
     if len(pred) != len(target):
         raise ValueError(f"predictions and targets differ in length: {len(pred)} vs {len(target)}")
     if len(pred) == 0:
         return {name: float("nan") for name in ALL_METRIC_NAMES}
-    if not (torch.isfinite(pred).all() and torch.isfinite(target).all()):
+    if not (np.isfinite(pred).all() and np.isfinite(target).all()):
         raise ValueError("predictions and targets must be finite (mask missing values before scoring)")
-    cut = threshold if pred_threshold is None else pred_threshold
-    pred_class, true_class = (pred > cut).int(), (target > threshold).int()
-    if true_class.min() == true_class.max():
-        warnings.warn(f"accuracy/f1: every target is on one side of the threshold ({'above' if true_class[0] else 'at or below'}); "
-                      "F1 is 0 without positives", stacklevel=2)
-    return {
-        "pearson": _correlation(pearson_corrcoef, pred, target, "pearson"),
-        "spearman": _correlation(spearman_corrcoef, pred, target, "spearman"),
-        "accuracy": float(binary_accuracy(pred_class, true_class)),
-        "f1": float(binary_f1_score(pred_class, true_class, zero_division=0)),
-        "mse": float(mean_squared_error(pred, target)),
-        "mae": float(mean_absolute_error(pred, target)),
-        "ccc": _concordance(pred, target),
-    }
+    _warn_degenerate(pred, target, target > threshold)
+    return metric_values(pred, target, threshold, pred_threshold)
 
 
 def choose_threshold(val_pred: torch.Tensor, val_target: torch.Tensor, threshold: float = 0.0) -> float:

@@ -12,9 +12,8 @@ import warnings
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import rankdata
 
-from src.metrics import ALL_METRIC_NAMES, empathy_metrics, rating_threshold_to_target
+from src.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values, rating_threshold_to_target
 
 REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
 
@@ -29,29 +28,6 @@ def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float 
     pred = torch.tensor((table["predicted"].to_numpy(float) - 3.0) / 2.0)
     true = torch.tensor((table["rated"].to_numpy(float) - 3.0) / 2.0)
     return empathy_metrics(pred, true, rating_threshold_to_target(threshold_rating), pred_threshold)
-
-
-def fast_metrics(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
-                 pred_threshold: float | None = None) -> dict[str, float]:
-    """NumPy twin of `empathy_metrics` (same values, same defined degenerate cases, no warnings) for
-    the thousands of bootstrap resamples, where torchmetrics' per-call overhead dominates."""
-    pred, target = np.asarray(pred, float), np.asarray(target, float)
-    pred_class = pred > (threshold if pred_threshold is None else pred_threshold)
-    true_class = target > threshold
-    constant = len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(target) == 0
-    tp = float((pred_class & true_class).sum())
-    positives = float(pred_class.sum() + true_class.sum())
-    if constant:
-        pearson = spearman = 0.0
-        ccc = float(np.array_equal(pred, target)) if len(pred) >= 2 else 0.0
-    else:
-        pearson = float(np.corrcoef(pred, target)[0, 1])
-        spearman = float(np.corrcoef(rankdata(pred), rankdata(target))[0, 1])
-        cov = np.cov(pred, target, ddof=1)
-        ccc = float(2 * cov[0, 1] / (cov[0, 0] + cov[1, 1] + (pred.mean() - target.mean()) ** 2))
-    return {"pearson": pearson, "spearman": spearman, "accuracy": float((pred_class == true_class).mean()),
-            "f1": 2 * tp / positives if positives else 0.0, "mse": float(np.mean((pred - target) ** 2)),
-            "mae": float(np.mean(np.abs(pred - target))), "ccc": ccc}
 
 
 def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
@@ -96,7 +72,7 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
     threshold = rating_threshold_to_target(threshold_rating)
     for b in range(n_boot):  # a degenerate resample counts with its defined value (0), as in empathy_metrics
         pick = rng.integers(0, len(groups), len(groups))
-        values = fast_metrics(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),
+        values = metric_values(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),
                               threshold, pred_threshold)
         draws[b] = [values[m] for m in ALL_METRIC_NAMES]
     alpha = (1 - confidence) / 2

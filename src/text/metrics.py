@@ -7,8 +7,9 @@ A constant prediction has no correlation: it is reported as 0 (the project's con
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score
+
+from src.metrics import metric_values
 
 TEXT_METRICS = ("pearson", "spearman", "mse", "accuracy", "macro_f1", "qwk")
 SYMBOLS = {"pearson": "r", "spearman": "rho", "mse": "MSE", "accuracy": "Acc", "macro_f1": "macro-F1", "qwk": "QWK"}
@@ -20,12 +21,6 @@ def to_levels(values: np.ndarray, levels: tuple[int, int]) -> np.ndarray:
     return np.clip(np.rint(np.asarray(values, dtype=float)), low, high).astype(int)
 
 
-def _correlation(fn, pred: np.ndarray, target: np.ndarray) -> float:
-    if len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(target) == 0:
-        return 0.0
-    return float(fn(pred, target)[0])
-
-
 def text_metrics(pred: np.ndarray, target: np.ndarray, levels: tuple[int, int] | None) -> dict[str, float]:
     """r, rho and MSE on the raw scale; Acc, macro-F1 and QWK on levels when the scale is integer."""
     pred, target = np.asarray(pred, dtype=float).ravel(), np.asarray(target, dtype=float).ravel()
@@ -33,8 +28,8 @@ def text_metrics(pred: np.ndarray, target: np.ndarray, levels: tuple[int, int] |
         raise ValueError(f"{len(pred)} predictions for {len(target)} targets")
     if len(pred) == 0:
         return {name: float("nan") for name in TEXT_METRICS}
-    out = {"pearson": _correlation(pearsonr, pred, target), "spearman": _correlation(spearmanr, pred, target),
-           "mse": float(np.mean((pred - target) ** 2))}
+    shared = metric_values(pred, target)  # the project's r, rho and MSE, with its constant-means-0 convention
+    out = {name: shared[name] for name in ("pearson", "spearman", "mse")}
     if levels is None:
         out.update(accuracy=float("nan"), macro_f1=float("nan"), qwk=float("nan"))
         return out
