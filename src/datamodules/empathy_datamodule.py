@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader
 from src.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from src.datamodules.sampler import RatingOversampler
 from src.datamodules.splits import load_or_create_split, participant_folds
-from src.datamodules.window_dataset import BRANCH, WindowDataset
+from src.datamodules.window_dataset import WindowDataset
 from src.datamodules.windows import build_windows
-from src.features.branches import INDEXED, modality_branches, with_defaults
+from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
 from src.features.extract import extract_features
 from src.features.store import DATASET_KEY, FeatureStore, canonical_hash
 
@@ -57,9 +57,9 @@ class EmpathyDataModule(L.LightningDataModule):
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
                  extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0):
         super().__init__()
-        unknown = set(modalities) - set(BRANCH)
+        unknown = set(modalities) - set(MODALITIES)
         if not modalities or unknown:
-            raise ValueError(f"modalities must be a non-empty subset of {list(BRANCH)}, got {modalities}")
+            raise ValueError(f"modalities must be a non-empty subset of {list(MODALITIES)}, got {modalities}")
         self.dataset_dir = Path(dataset_dir)
         self.store_dir = Path(store_dir)
         self.modalities = list(modalities)

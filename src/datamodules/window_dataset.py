@@ -18,10 +18,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from src.features.branches import INDEXED
+from src.features.branches import DEFAULTS, INDEXED
 from src.features.store import FeatureStore
-
-BRANCH = {"video": "face", "audio": "audio", "text": "text"}  # the default branch of each modality
 
 
 def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
@@ -48,7 +46,7 @@ class WindowDataset(Dataset):
         self.speaking = speaking
         self.stats = stats
         self.missing = missing  # (session, modality) or (session, modality, branch) that failed: masked
-        self.branches = branches or {m: [BRANCH[m]] for m in self.modalities}
+        self.branches = branches or {m: list(DEFAULTS["modalities"][m]) for m in self.modalities}
         self.branch_dims = branch_dims or {}
         rated = ratings.loc[self.windows.rating_index]
         self.targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)

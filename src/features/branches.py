@@ -11,21 +11,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import yaml
+
+from src.utils import PROJECT_ROOT
+
 MODALITIES = ("video", "audio", "text")
 BRANCH_MODALITY = {"face": "video", "cnn": "video", "audio": "audio", "text": "text", "glove": "text"}
 # indexed branches: (row table, per-frame index) array names
 INDEXED = {"text": ("utterances", "frame_utterance"), "glove": ("words", "frame_word")}
 
-DEFAULTS: dict[str, Any] = {
-    "modalities": {"video": ["face"], "audio": ["audio"], "text": ["text"]},
-    "face": {"backend": "mediapipe", "min_detection_confidence": 0.5, "min_tracking_confidence": 0.5,
-             "openface_dir": None, "openface_min_confidence": 0.75},
-    "cnn": {"model": "efficientnet_lite0", "weights_path": None, "crop": "frame", "frame_stride": 1,
-            "batch_size": 32, "device": "auto", "half": "auto"},
-    "audio": {"feature_set": "ComParE_2016", "speech_mask": "transcript_or_voicing"},
-    "text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"},
-    "glove": {"vectors_path": None, "lowercase": True},
-}
+# the defaults are conf/features/default.yaml itself (one source for the command line and for code
+# that passes a partial feature config, e.g. tests and notebooks)
+DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "features" / "default.yaml").read_text())
 
 
 def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:

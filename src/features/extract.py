@@ -164,7 +164,7 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
         try:
             results.update(extract_video(Path(job["video"]), job["fps"],
                                          face_cfg=tracker if "face" in video_branches else None,
-                                         cnn_cfg=cnn_cfg if cnn_cfg is None else {**cnn_cfg}))
+                                         cnn_cfg=cnn_cfg))
         except Exception as error:  # noqa: BLE001
             for branch in video_branches:
                 fail(branch, error)
@@ -279,11 +279,11 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
         _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
     if jobs:
         _run_media_jobs(jobs, store, workers, progress, report)
-    for session_id, branch in report.extracted:
-        if branch in MEDIA_BRANCHES and session_id != DATASET_KEY:
-            note = _length_warning(store, session_id)
-            if note and note not in report.warnings:
-                report.warnings.append(note)
+    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in MEDIA_BRANCHES)
+    for session_id in media_sessions:  # once per session, however many of its media branches were redone
+        note = _length_warning(store, session_id)
+        if note:
+            report.warnings.append(note)
     name = "failures.json" if shard is None else f"failures-shard{shard[0]}of{shard[1]}.json"
     store.write_failures(report.failures, name)
     return report
@@ -326,7 +326,7 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
         for result in results:
             sid = result["session_id"]
             counted = False
-            for branch in ("face", "cnn", "audio"):
+            for branch in MEDIA_BRANCHES:
                 if branch not in result["results"]:
                     continue
                 arrays, info = result["results"][branch]
