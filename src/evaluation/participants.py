@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from src.datamodules.window_dataset import rating_to_target
 from src.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values, rating_threshold_to_target
 
 REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
@@ -25,8 +26,8 @@ def _check(table: pd.DataFrame) -> None:
 
 
 def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None) -> dict[str, float]:
-    pred = torch.tensor((table["predicted"].to_numpy(float) - 3.0) / 2.0)
-    true = torch.tensor((table["rated"].to_numpy(float) - 3.0) / 2.0)
+    pred = torch.tensor(rating_to_target(table["predicted"].to_numpy(float)))
+    true = torch.tensor(rating_to_target(table["rated"].to_numpy(float)))
     return empathy_metrics(pred, true, rating_threshold_to_target(threshold_rating), pred_threshold)
 
 
@@ -65,8 +66,8 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
     if len(groups) < 2 or n_boot < 1:
         warnings.warn(f"bootstrap_ci: {len(groups)} participant(s); the interval is the point estimate", stacklevel=2)
         return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
-    pred = [(g["predicted"].to_numpy(float) - 3.0) / 2.0 for g in groups]
-    true = [(g["rated"].to_numpy(float) - 3.0) / 2.0 for g in groups]
+    pred = [rating_to_target(g["predicted"].to_numpy(float)) for g in groups]
+    true = [rating_to_target(g["rated"].to_numpy(float)) for g in groups]
     rng = np.random.default_rng(seed)
     draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
     threshold = rating_threshold_to_target(threshold_rating)

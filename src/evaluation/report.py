@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
+from src.datamodules.window_dataset import target_to_rating
 from src.evaluation.participants import bootstrap_ci, per_participant
 from src.evaluation.plots import log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure
 from src.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
@@ -61,12 +62,12 @@ def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFram
     index = predictions["rating_index"].numpy()
     rating_table = pd.DataFrame({"rating_index": index}).join(who, on="rating_index")
     rating_table["n_windows"] = window_counts.reindex(index).to_numpy()
-    rating_table["predicted"] = predictions["rating_pred"].numpy() * 2 + 3
-    rating_table["rated"] = predictions["rating_target"].numpy() * 2 + 3
+    rating_table["predicted"] = target_to_rating(predictions["rating_pred"].numpy())
+    rating_table["rated"] = target_to_rating(predictions["rating_target"].numpy())
     window_index = predictions["window_rating"].numpy()
     window_table = pd.DataFrame({"rating_index": window_index}).join(who, on="rating_index")
-    window_table["predicted"] = predictions["window_pred"].numpy() * 2 + 3
-    window_table["rated"] = predictions["window_target"].numpy() * 2 + 3
+    window_table["predicted"] = target_to_rating(predictions["window_pred"].numpy())
+    window_table["rated"] = target_to_rating(predictions["window_target"].numpy())
     return {"rating": rating_table, "window": window_table}
 
 
@@ -86,8 +87,9 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
         cut = None
         if cfg["threshold"] == "validation":
             cut = choose_threshold(val_predictions[f"{level}_pred"], val_predictions[f"{level}_target"], threshold)
-        thresholds[level] = {"target": threshold, "prediction": threshold if cut is None else cut,
-                             "prediction_rating": (threshold if cut is None else cut) * 2 + 3, "mode": cfg["threshold"]}
+        prediction_cut = threshold if cut is None else cut
+        thresholds[level] = {"target": threshold, "prediction": prediction_cut,
+                             "prediction_rating": float(target_to_rating(prediction_cut)), "mode": cfg["threshold"]}
         results[level] = empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], threshold, cut)
         if cfg["bootstrap"]:
             ci[level] = bootstrap_ci(tables[level], int(cfg["bootstrap"]), float(cfg["confidence"]),

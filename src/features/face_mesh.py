@@ -104,15 +104,3 @@ class FaceMeshTracker:
     def close(self) -> None:
         self._mesh.close()
 
-
-def extract_face(video, fps: float, min_detection_confidence: float = 0.5,
-                 min_tracking_confidence: float = 0.5) -> tuple[dict, dict, list[str]]:
-    """Arrays (features T x FACE_DIM float16, mask T uint8), info and warnings for one video.
-
-    T covers the container's declared duration on the dataset clock; frames that cannot be decoded
-    (a truncated file) stay zero with mask 0 and are reported, so later frames keep their times.
-    """
-    from src.features.video_pass import extract_video
-
-    return extract_video(video, fps, face_cfg={"min_detection_confidence": min_detection_confidence,
-                                               "min_tracking_confidence": min_tracking_confidence})["face"]

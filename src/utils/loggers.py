@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -95,29 +95,6 @@ def log_run_metadata(loggers: list[Logger], metadata: dict[str, Any], out_dir: P
     (out_dir / "run_info.json").write_text(json.dumps(metadata, indent=1, default=str))
     for logger in loggers:
         logger.log_hyperparams(metadata)
-
-
-@rank_zero_only
-def log_prediction_plot(loggers: list[Logger], predicted: Any, rated: Any, title: str) -> None:
-    """Predicted vs self-rated empathy per rating (test split) as a figure for W&B and TensorBoard."""
-    wanted = [lg for lg in loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
-    if not wanted or len(predicted) == 0:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(4, 4))
-    axes.scatter(rated, predicted, s=12, alpha=0.7)
-    axes.plot([1, 5], [1, 5], color="grey", linewidth=1)
-    axes.set(xlabel="self-rated empathy", ylabel="predicted", title=title, xlim=(0.8, 5.2))
-    for logger in wanted:
-        if isinstance(logger, WandbLogger):
-            logger.log_image(key="test/predicted_vs_rated", images=[figure])
-        else:
-            logger.experiment.add_figure("test/predicted_vs_rated", figure)
-    plt.close(figure)
 
 
 def finish_loggers(loggers: list[Logger], failed: bool) -> None:
