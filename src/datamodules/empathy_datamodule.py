@@ -21,9 +21,36 @@ from src.datamodules.window_dataset import WindowDataset
 from src.datamodules.windows import build_windows
 from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
 from src.features.extract import extract_features
-from src.features.store import DATASET_KEY, FeatureStore, canonical_hash
+from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, canonical_hash
 
 log = logging.getLogger(__name__)
+STALE_POLICIES = ("mask", "error")
+
+
+class StaleFeaturesError(RuntimeError):
+    """Stored features that no longer match the dataset or config (or are damaged), with on_stale=error."""
+
+
+def _signature_difference(stored: dict, expected: dict) -> str:
+    """Which parts of a branch's signature changed, in words."""
+    changed = [f"input '{k}'" for k in sorted(set(stored.get("inputs", {})) | set(expected.get("inputs", {})))
+               if stored.get("inputs", {}).get(k) != expected.get("inputs", {}).get(k)]
+    changed += [part for part in ("extractor", "version", "config") if stored.get(part) != expected.get(part)]
+    return ", ".join(changed) or "signature"
+
+
+def _branch_problem(store: FeatureStore, dataset: EmpathyDataset, sid: str, branch: str, entry: dict,
+                    features: dict, identity: str, branch_signature) -> str | None:
+    """Why a stored branch must not be read (stale or damaged), or None."""
+    try:
+        expected = branch_signature(store, dataset, sid, branch, features, identity)
+    except (OSError, ValueError) as error:
+        return f"stale: its input can no longer be read ({error})"
+    if entry["signature"] != expected:
+        return (f"stale: the stored features were extracted from other inputs or settings than the dataset and "
+                f"config now give ({_signature_difference(entry['signature'], expected)} changed)")
+    problems = store.check_branch(sid, branch)
+    return f"damaged: {'; '.join(problems)}" if problems else None
 
 
 def speaking_frames(transcript, n_frames: int, fps: float) -> np.ndarray:
@@ -55,7 +82,8 @@ class EmpathyDataModule(L.LightningDataModule):
                  stride_seconds: float = 1.0, split_fractions: tuple[float, float, float] = (0.7, 0.2, 0.1),
                  split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
-                 extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0):
+                 extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
+                 on_stale: str = "mask"):
         super().__init__()
         unknown = set(modalities) - set(MODALITIES)
         if not modalities or unknown:
@@ -79,6 +107,9 @@ class EmpathyDataModule(L.LightningDataModule):
         self.extract_workers = int(extract_workers)
         self.seed = int(seed)
         self.cv_folds, self.cv_fold = int(cv_folds), int(cv_fold)  # cv_folds > 1: participant K-fold, this fold tests
+        if on_stale not in STALE_POLICIES:
+            raise ValueError(f"data.on_stale must be one of {list(STALE_POLICIES)}, got '{on_stale}'")
+        self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
         self.datasets: dict[str, WindowDataset] = {}
         self.warnings: list[str] = []
         self._prepared = False
@@ -101,7 +132,17 @@ class EmpathyDataModule(L.LightningDataModule):
 
     # ---- setup ---------------------------------------------------------------------------------
     def _session_frames(self, dataset: EmpathyDataset, store: FeatureStore) -> tuple[dict[str, int], set]:
-        frames, missing = {}, set()
+        """Frames per session, and what is masked: (session, modality) or (session, modality, branch)
+        for branches that are absent, stale (extracted from other inputs or settings than the dataset and
+        config now give) or damaged. Stale and damaged branches are never read: masked with a warning,
+        or an error when `on_stale=error`."""
+        from src.features.extract import branch_signature
+        from src.features.text_sbert import encoder_identity
+
+        features = with_defaults(self.features)
+        identity = encoder_identity(features["text"].get("model_path"))
+        frames, missing, unusable = {}, set(), []
+        self.unused_branches: set[tuple[str, str]] = set()
         for sid in dataset.sessions.index:
             if sid not in dataset.transcripts:
                 continue
@@ -109,21 +150,33 @@ class EmpathyDataModule(L.LightningDataModule):
             for modality in self.modalities:
                 found = 0
                 for branch in self.branches[modality]:
+                    masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
                     entry = store.entry(sid, branch)
+                    problem = None if entry is None else _branch_problem(store, dataset, sid, branch, entry,
+                                                                         features, identity, branch_signature)
                     if entry is None:
-                        missing.add((sid, modality, branch))
-                        masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
                         self.warnings.append(f"session '{sid}': no {branch} features in the store "
                                              f"(see {store.root / 'failures.json'}); {masked} is masked for it")
+                    elif problem:
+                        unusable.append(f"session '{sid}', branch '{branch}': {problem}")
+                        self.warnings.append(f"session '{sid}', branch '{branch}': {problem}; {masked} is masked "
+                                             f"for it (run extract.py to refresh it, or data.on_stale=error to stop)")
                     else:
                         found += 1
                         lengths.append(int(entry["n_frames"]))
+                        continue
+                    missing.add((sid, modality, branch))
+                    self.unused_branches.add((sid, branch))
                 if not found:
                     missing.add((sid, modality))
             if lengths:
                 frames[sid] = max(lengths)
             else:
                 self.warnings.append(f"session '{sid}': none of {self.modalities} was extracted; its ratings are skipped")
+        if unusable and self.on_stale == "error":
+            raise StaleFeaturesError(f"{len(unusable)} stored branch(es) do not match the dataset or are damaged "
+                                     f"(data.on_stale=error); run extract.py to refresh them:\n  "
+                                     + "\n  ".join(unusable))
         return frames, missing
 
     def _stats(self, windows, speaking, missing, store: FeatureStore) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -159,6 +212,10 @@ class EmpathyDataModule(L.LightningDataModule):
             if modality == "audio":
                 covered &= speaking[sid][: len(covered)]
             values = np.asarray(features[covered], dtype=np.float64)
+            if not np.isfinite(values).all():  # the store never writes NaN/Inf: the file was damaged since
+                raise StoreIntegrityError(f"feature store file {store.branch_dir(sid, branch) / 'features.npy'} "
+                                          f"(session '{sid}', branch '{branch}') holds NaN/Inf; run `python "
+                                          f"extract.py verify=true` to find and redo damaged branches")
             total = values.sum(0) if total is None else total + values.sum(0)
             total_sq = (values ** 2).sum(0) if total_sq is None else total_sq + (values ** 2).sum(0)
             count += len(values)
@@ -217,7 +274,8 @@ class EmpathyDataModule(L.LightningDataModule):
                 session_frames, speaking, story_embeddings, story_rows, dataset.participants[list(TRAIT_COLUMNS)],
                 self.stats, missing, self.input_dims, self.branches, self.branch_dims)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
-        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]])
+        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
+                                                 excluded=self.unused_branches)
         for warning in self.warnings:
             log.warning(warning)
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)

@@ -65,7 +65,8 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     store = FeatureStore(data["store_dir"])
     branches = list(cfg.branches) if cfg.get("branches") else None
     report = extract_features(dataset, store, modalities, features, workers=int(cfg.workers),
-                              progress=bool(cfg.progress), shard=parse_shard(cfg.get("shard")), branches=branches)
+                              progress=bool(cfg.progress), shard=parse_shard(cfg.get("shard")), branches=branches,
+                              verify=bool(cfg.get("verify", False)))
     shown = branches or [b for m in modalities for b in features["modalities"][m]]
     print(report.summary())
     print(f"\nfeature store {store.root}:")

@@ -29,8 +29,8 @@ import numpy as np
 from tqdm import tqdm
 
 from src.dataset import EmpathyDataset
-from src.features.branches import with_defaults
-from src.features.store import DATASET_KEY, FeatureStore
+from src.features.branches import BRANCH_MODALITY, with_defaults
+from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class ExtractionReport:
     extracted: list[tuple[str, str]] = field(default_factory=list)
     up_to_date: list[tuple[str, str]] = field(default_factory=list)
     failures: list[dict] = field(default_factory=list)
+    damaged: list[dict] = field(default_factory=list)  # recorded branches whose files failed the check: redone
     warnings: list[str] = field(default_factory=list)
     face_frames: int = 0  # frames of the video branches (face and/or cnn) extracted in this run
     face_seconds: float = 0.0
@@ -56,7 +57,9 @@ class ExtractionReport:
 
     def summary(self) -> str:
         lines = [f"feature store: {len(self.extracted)} branch(es) extracted, {len(self.up_to_date)} up to date, "
-                 f"{len(self.failures)} failed"]
+                 f"{len(self.failures)} failed"
+                 + (f", {len(self.damaged)} damaged (redone)" if self.damaged else "")]
+        lines += [f"  damaged {d['session_id']}/{d['branch']}: {'; '.join(d['problems'])}" for d in self.damaged]
         if self.face_frames:
             lines.append(f"  video: {self.face_frames} frames in {self.face_seconds:.1f} s "
                          f"({self.face_frames / max(self.face_seconds, 1e-9):.0f} frames/s)")
@@ -124,6 +127,42 @@ def _glove_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dic
             "config": {"fps": fps, "speakers": list(text_cfg["speakers"]), "lowercase": bool(cfg["lowercase"])},
             "inputs": {"transcript": store.file_hash(transcript),
                        **({"vectors": store.file_hash(vectors)} if vectors else {})}}
+
+
+def _openface_csv(cfg: dict, session_id: str) -> Path | None:
+    if cfg["face"]["backend"] != "openface":
+        return None
+    if not cfg["face"]["openface_dir"]:
+        raise ValueError("features.face.backend=openface needs features.face.openface_dir")
+    return Path(cfg["face"]["openface_dir"]) / f"{session_id}.csv"
+
+
+def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: str, branch: str, cfg: dict,
+                     text_identity: str | None = None) -> dict:
+    """What a session's branch would be extracted from now (extractor, version, config, input hashes).
+
+    One source for extraction (is the store up to date?) and for training (is a stored branch stale?).
+    Raises OSError/ValueError when an input is missing or unreadable. `cfg` is a with_defaults() config.
+    """
+    fps, session = dataset.fps, dataset.sessions.loc[session_id]
+    if branch == "face":
+        return _face_signature(store, session.video, fps, cfg["face"], _openface_csv(cfg, session_id))
+    if branch == "cnn":
+        return _cnn_signature(store, session.video, fps, cfg["cnn"])
+    if branch == "audio":
+        return _audio_signature(store, session.audio or session.video, fps, cfg["audio"])
+    if branch not in ("text", "glove"):
+        raise ValueError(f"unknown feature branch '{branch}'")
+    if session_id not in dataset.transcripts:
+        raise ValueError(f"session '{session_id}' has no transcript")
+    text_cfg = dict(cfg["text"])
+    path = dataset.transcript_path(session_id)
+    if branch == "text":
+        from src.features.text_sbert import encoder_identity
+
+        identity = text_identity or encoder_identity(text_cfg.get("model_path"))
+        return _text_signature(store, path, fps, text_cfg, identity)
+    return _glove_signature(store, path, fps, dict(cfg["glove"]), text_cfg)
 
 
 # ---- workers -------------------------------------------------------------------------------------
@@ -195,10 +234,12 @@ def _length_warning(store: FeatureStore, sid: str) -> str | None:
 
 def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: list[str], cfg: dict,
                      workers: int = 1, progress: bool = True, shard: str | tuple[int, int] | None = None,
-                     branches: list[str] | None = None) -> ExtractionReport:
+                     branches: list[str] | None = None, verify: bool = False) -> ExtractionReport:
     """Bring the store up to date for the given modalities' branches (and the stories) of every session.
 
-    `branches` overrides the branches the modalities map to (e.g. ["cnn"] to fill that one alone).
+    `branches` overrides the branches the modalities map to (e.g. ["cnn"] to fill that one alone). A
+    branch is redone when its signature changed or its files fail the store's integrity check (cheap:
+    missing, truncated, wrong header; `verify=True` also re-hashes contents and looks for NaN/Inf).
     """
     cfg = with_defaults(cfg)
     report = ExtractionReport()
@@ -223,13 +264,10 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
         story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}", "config": {},
                            "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
-        if store.is_fresh(DATASET_KEY, "stories", story_signature):
-            report.up_to_date.append((DATASET_KEY, "stories"))
-        else:
+        if not _up_to_date(store, DATASET_KEY, "stories", story_signature, verify, report):
             embeddings = text_encoder().encode(dataset.stories.text.tolist())
-            store.write_branch(DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)}, story_signature,
-                               {"story_ids": dataset.stories.index.tolist()})
-            report.extracted.append((DATASET_KEY, "stories"))
+            _write(store, report, DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)},
+                   story_signature, {"story_ids": dataset.stories.index.tolist()})
 
     jobs, glove_todo = [], []
     for position, (session_id, session) in enumerate(dataset.sessions.sort_index().iterrows()):
@@ -237,39 +275,23 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
             report.skipped_sessions += 1
             continue
         todo: dict[str, dict] = {}
-        openface_csv = None
         for branch in wanted:
+            if BRANCH_MODALITY.get(branch) == "text" and session_id not in dataset.transcripts:
+                continue  # the loader already warned that this session has no transcript
             try:
-                if branch == "face":
-                    if cfg["face"]["backend"] == "openface":
-                        if not cfg["face"]["openface_dir"]:
-                            raise ValueError("features.face.backend=openface needs features.face.openface_dir")
-                        openface_csv = Path(cfg["face"]["openface_dir"]) / f"{session_id}.csv"
-                    signature = _face_signature(store, session.video, fps, cfg["face"], openface_csv)
-                elif branch == "cnn":
-                    signature = _cnn_signature(store, session.video, fps, cfg["cnn"])
-                elif branch == "audio":
-                    signature = _audio_signature(store, session.audio or session.video, fps, cfg["audio"])
-                else:
-                    if session_id not in dataset.transcripts:
-                        continue  # the loader already warned that this session has no transcript
-                    path = dataset.transcript_path(session_id)
-                    signature = (_text_signature(store, path, fps, text_cfg, identity) if branch == "text"
-                                 else _glove_signature(store, path, fps, glove_cfg, text_cfg))
+                signature = branch_signature(store, dataset, session_id, branch, cfg, identity)
             except (OSError, ValueError) as error:
                 report.failures.append({"session_id": session_id, "branch": branch, "error": f"unreadable input: {error}"})
                 continue
-            if store.is_fresh(session_id, branch, signature):
-                report.up_to_date.append((session_id, branch))
-            else:
+            if not _up_to_date(store, session_id, branch, signature, verify, report):
                 todo[branch] = signature
         if "text" in todo:
             arrays, info, _ = extract_text(dataset.transcripts[session_id], fps, text_encoder(), list(text_cfg["speakers"]))
-            store.write_branch(session_id, "text", arrays, todo.pop("text"), info)
-            report.extracted.append((session_id, "text"))
+            _write(store, report, session_id, "text", arrays, todo.pop("text"), info)
         if "glove" in todo:
             glove_todo.append((session_id, todo.pop("glove")))
         if todo:  # what is left are the media branches, run in worker processes
+            openface_csv = _openface_csv(cfg, session_id) if "face" in todo else None
             jobs.append({"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": fps,
                          "video": str(session.video), "audio": str(session.audio or session.video),
                          "openface_csv": str(openface_csv) if openface_csv else None,
@@ -289,6 +311,32 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     return report
 
 
+def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, verify: bool,
+                report: ExtractionReport) -> bool:
+    """Recorded with this signature and intact; a recorded branch whose files fail the check is damaged
+    (reported, then redone like a stale one)."""
+    if (store.manifest(owner).get(branch) or {}).get("signature") != signature:
+        return False
+    problems = store.check_branch(owner, branch, deep=verify)
+    if problems:
+        report.damaged.append({"session_id": owner, "branch": branch, "problems": problems})
+        return False
+    report.up_to_date.append((owner, branch))
+    return True
+
+
+def _write(store: FeatureStore, report: ExtractionReport, owner: str, branch: str, arrays: dict, signature: dict,
+           info: dict) -> bool:
+    """Store one finished branch; an output the store refuses (NaN/Inf) becomes a recorded failure."""
+    try:
+        store.write_branch(owner, branch, arrays, signature, info)
+    except StoreIntegrityError as error:
+        report.failures.append({"session_id": owner, "branch": branch, "error": str(error)})
+        return False
+    report.extracted.append((owner, branch))
+    return True
+
+
 def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tuple[str, dict]], fps: float,
                    glove_cfg: dict, text_cfg: dict, report: ExtractionReport) -> None:
     """GloVe for the sessions that need it: the vectors are read once, for their joint vocabulary."""
@@ -306,9 +354,8 @@ def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tupl
         return
     for session_id, signature in todo:
         arrays, info, notes = extract_glove(dataset.transcripts[session_id], fps, index, vectors, speakers, lowercase)
-        store.write_branch(session_id, "glove", arrays, signature, info)
-        report.extracted.append((session_id, "glove"))
-        report.warnings += [f"session '{session_id}' glove: {n}" for n in notes]
+        if _write(store, report, session_id, "glove", arrays, signature, info):
+            report.warnings += [f"session '{session_id}' glove: {n}" for n in notes]
 
 
 def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool,
@@ -330,9 +377,8 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
                 if branch not in result["results"]:
                     continue
                 arrays, info = result["results"][branch]
-                store.write_branch(sid, branch, arrays, signatures[sid][branch], info)
-                report.extracted.append((sid, branch))
-                if branch in ("face", "cnn") and not counted:
+                written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info)
+                if written and branch in ("face", "cnn") and not counted:
                     report.face_frames += int(info["n_frames"])
                     counted = True
             report.failures += result["failures"]

@@ -8,7 +8,13 @@
 A branch is written into a temporary folder and renamed into place, and the manifest is replaced
 atomically after it, so a killed extraction never leaves a half-written branch that looks done.
 A branch is up to date when its signature (extractor, version, config, input-file hashes) equals
-the one in the manifest.
+the one in the manifest and its files pass the integrity check.
+
+Integrity: the manifest records each array's shape, dtype, file size and sha256 at write time.
+`load` checks what is cheap every time (the file exists, its size, its header's shape and dtype);
+`check_branch(..., deep=True)` (`extract.py verify=true`) also re-hashes the bytes and looks for
+NaN/Inf. Non-finite values never enter the store: `write_branch` rejects them. Folders and files are
+created with the process umask (a lab's shared store stays readable to colleagues).
 """
 from __future__ import annotations
 
@@ -25,9 +31,25 @@ import numpy as np
 DATASET_KEY = "_dataset"
 
 
+class StoreIntegrityError(RuntimeError):
+    """A store file is missing, damaged or holds non-finite values; the message names the file."""
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _respect_umask(path: Path, directory: bool) -> None:
+    """tempfile creates 0700 folders and 0600 files; give them the permissions a plain mkdir/open would."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    _respect_umask(Path(tmp), directory=False)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
         handle.flush()
@@ -46,6 +68,7 @@ class FeatureStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._manifests: dict[str, tuple[tuple[int, int, int], dict]] = {}
         self._hash_cache_path = self.root / "file_hashes.json"
         self._hash_cache: dict[str, dict] = (
             json.loads(self._hash_cache_path.read_text()) if self._hash_cache_path.exists() else {}
@@ -79,8 +102,22 @@ class FeatureStore:
         return self.owner_dir(owner) / branch
 
     def manifest(self, owner: str) -> dict:
+        """The owner's manifest, re-read only when the file changed (readers open it once per array)."""
         path = self.owner_dir(owner) / "manifest.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return {}
+        key = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        cached = self._manifests.get(owner)
+        if cached is None or cached[0] != key:
+            try:
+                cached = (key, json.loads(path.read_text()))
+            except json.JSONDecodeError as error:
+                raise StoreIntegrityError(f"feature store manifest {path} is damaged ({error}); delete it and run "
+                                          f"extract.py again to redo this session's branches") from error
+            self._manifests[owner] = cached
+        return cached[1]
 
     def entry(self, owner: str, branch: str) -> dict | None:
         """Manifest entry of a finished branch whose files are all present, else None."""
@@ -92,25 +129,52 @@ class FeatureStore:
             return None
         return entry
 
-    def is_fresh(self, owner: str, branch: str, signature: dict) -> bool:
-        entry = self.entry(owner, branch)
-        return entry is not None and entry["signature"] == signature
+    def check_branch(self, owner: str, branch: str, deep: bool = False) -> list[str]:
+        """What is wrong with a recorded branch's files ([] = intact). Cheap: presence, size, header
+        shape and dtype; deep: also the recorded sha256 and NaN/Inf in the values."""
+        entry = self.manifest(owner).get(branch)
+        if entry is None:
+            return [f"{self.branch_dir(owner, branch)}: not in the manifest"]
+        problems = []
+        for name, expected in entry["arrays"].items():
+            path = self.branch_dir(owner, branch) / f"{name}.npy"
+            problem = _file_problem(path, expected, deep)
+            if problem:
+                problems.append(f"{path}: {problem}")
+        return problems
+
+    def is_fresh(self, owner: str, branch: str, signature: dict, deep: bool = False) -> bool:
+        """Up to date: recorded with this signature and its files pass the (cheap or deep) check."""
+        entry = self.manifest(owner).get(branch)
+        return entry is not None and entry["signature"] == signature and not self.check_branch(owner, branch, deep)
 
     # ---- writing -------------------------------------------------------------------------
     def write_branch(self, owner: str, branch: str, arrays: dict[str, np.ndarray], signature: dict,
                      info: dict | None = None) -> None:
-        """Atomically replace one branch's arrays, then record it in the manifest."""
+        """Atomically replace one branch's arrays, then record them (shape, dtype, size, sha256) in the
+        manifest. Raises StoreIntegrityError, writing nothing, when an array holds NaN or Inf."""
+        for name, array in arrays.items():
+            if array.dtype.kind in "fc" and not np.isfinite(array).all():
+                bad = int(array.size - np.isfinite(array).sum())
+                raise StoreIntegrityError(f"session '{owner}', branch '{branch}': the extractor produced {bad} "
+                                          f"NaN/Inf value(s) in '{name}'; nothing was written")
         owner_dir = self.owner_dir(owner)
         owner_dir.mkdir(parents=True, exist_ok=True)
         for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
             shutil.rmtree(leftover, ignore_errors=True)  # from a killed run; one writer per session
         tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-", dir=owner_dir))
+        _respect_umask(tmp, directory=True)
+        records = {}
         try:
             for name, array in arrays.items():
+                array = np.ascontiguousarray(array)
                 with open(tmp / f"{name}.npy", "wb") as handle:
-                    np.save(handle, np.ascontiguousarray(array))
+                    np.save(handle, array)
                     handle.flush()
                     os.fsync(handle.fileno())
+                records[name] = {"shape": list(array.shape), "dtype": str(array.dtype),
+                                 "bytes": (tmp / f"{name}.npy").stat().st_size,
+                                 "sha256": _sha256(tmp / f"{name}.npy")}
             final = self.branch_dir(owner, branch)
             if final.exists():
                 old = owner_dir / f".{branch}.old-{os.getpid()}"
@@ -122,18 +186,26 @@ class FeatureStore:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)
-        manifest = self.manifest(owner)
-        manifest[branch] = {
-            "signature": signature,
-            "arrays": {name: {"shape": list(a.shape), "dtype": str(a.dtype)} for name, a in arrays.items()},
-            **(info or {}),
-        }
+        manifest = dict(self.manifest(owner))
+        manifest[branch] = {"signature": signature, "arrays": records, **(info or {})}
         _atomic_write_text(owner_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        self._manifests.pop(owner, None)
 
     # ---- reading -------------------------------------------------------------------------
     def load(self, owner: str, branch: str, name: str, mmap: bool = True) -> np.ndarray:
-        """One array of a branch, memory-mapped by default (read-only views, no copies)."""
-        return np.load(self.branch_dir(owner, branch) / f"{name}.npy", mmap_mode="r" if mmap else None)
+        """One array of a branch, memory-mapped by default (read-only views, no copies), after the cheap
+        integrity check against the manifest; StoreIntegrityError names the file and the fix."""
+        path = self.branch_dir(owner, branch) / f"{name}.npy"
+        expected = (self.manifest(owner).get(branch) or {}).get("arrays", {}).get(name)
+        problem = _file_problem(path, expected, deep=False) if expected else None
+        if problem is None:
+            try:
+                return np.load(path, mmap_mode="r" if mmap else None)
+            except (OSError, ValueError, EOFError) as error:
+                problem = f"unreadable ({type(error).__name__}: {error})"
+        raise StoreIntegrityError(f"feature store file {path} (session '{owner}', branch '{branch}') {problem}; "
+                                  f"run extract.py again: it redoes damaged branches (extract.py verify=true "
+                                  f"also checks the contents)")
 
     def write_failures(self, failures: list[dict], name: str = "failures.json") -> Path:
         """The failure report: every (session, branch) that failed in the last run and why."""
@@ -141,6 +213,44 @@ class FeatureStore:
         _atomic_write_text(path, json.dumps(failures, indent=1))
         return path
 
-    def manifest_hash(self, owners: list[str], branches: list[str]) -> str:
-        """Hash of the signatures of the given branches: identifies the features a model saw."""
-        return canonical_hash({o: {b: (self.entry(o, b) or {}).get("signature") for b in branches} for o in owners})
+    def manifest_hash(self, owners: list[str], branches: list[str],
+                      excluded: set[tuple[str, str]] = frozenset()) -> str:
+        """Hash of the signatures of the given branches: identifies the features a model saw. Branches in
+        `excluded` (session, branch), e.g. stale ones that training masked, count as absent."""
+        return canonical_hash({o: {b: None if (o, b) in excluded else (self.entry(o, b) or {}).get("signature")
+                                   for b in branches} for o in owners})
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_problem(path: Path, expected: dict | None, deep: bool) -> str | None:
+    """Why a store file does not match its manifest record, or None. Records written before sizes and
+    hashes were kept are checked for what they have."""
+    if not path.exists():
+        return "is missing"
+    expected = expected or {}
+    size = path.stat().st_size
+    if "bytes" in expected and size != expected["bytes"]:
+        return f"has {size} bytes but was written with {expected['bytes']} (truncated or overwritten)"
+    try:
+        array = np.load(path, mmap_mode="r")
+    except (OSError, ValueError, EOFError) as error:
+        return f"is unreadable ({type(error).__name__}: {error})"
+    if "shape" in expected and list(array.shape) != list(expected["shape"]):
+        return f"has shape {list(array.shape)} but was written with {expected['shape']}"
+    if "dtype" in expected and str(array.dtype) != expected["dtype"]:
+        return f"has dtype {array.dtype} but was written with {expected['dtype']}"
+    if deep:
+        if "sha256" in expected and _sha256(path) != expected["sha256"]:
+            return "has other contents than were written (sha256 differs)"
+        if array.dtype.kind in "fc":
+            finite = np.isfinite(array)
+            if not finite.all():
+                return f"holds {int(finite.size - finite.sum())} NaN/Inf value(s)"
+    return None

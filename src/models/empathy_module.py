@@ -81,7 +81,7 @@ class EmpathyModule(L.LightningModule):
         self.scheduler_cfg = {"step_size": 5, "gamma": 0.1, **(scheduler or {})}
         self.threshold = rating_threshold_to_target(threshold_rating)
         self.collected = torch.nn.ModuleDict({
-            f"{stage}_outputs": torch.nn.ModuleDict({k: CatMetric() for k in ("pred", "target", "rating")})
+            f"{stage}_outputs": torch.nn.ModuleDict({k: CatMetric(nan_strategy="disable") for k in ("pred", "target", "rating")})
             for stage in STAGES
         })  # "train" itself would clash with nn.Module.train
         self.results: dict[str, dict[str, dict[str, float]]] = {}
@@ -161,6 +161,11 @@ class EmpathyModule(L.LightningModule):
         rating = store["rating"].compute().cpu().long()
         for metric in store.values():
             metric.reset()
+        if not torch.isfinite(pred).all():  # NaN kept (nan_strategy="disable"): say so instead of failing later
+            bad = int((~torch.isfinite(pred)).sum())
+            raise FloatingPointError(f"{stage}: {bad} of {len(pred)} window predictions are NaN/Inf. The inputs or "
+                                     "the weights hold non-finite values: run `python extract.py verify=true` to "
+                                     "check the feature store, or lower the learning rate")
         rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
         levels = {"window": empathy_metrics(pred, target, self.threshold),
                   "rating": empathy_metrics(rating_pred, rating_target, self.threshold)}

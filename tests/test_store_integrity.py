@@ -1,0 +1,133 @@
+"""Store integrity: stale branches are never read, damaged files are named and redone, NaN never enters,
+and the store respects the umask (issue: trustworthy results)."""
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.dataset import load_dataset
+from src.datamodules.empathy_datamodule import EmpathyDataModule, StaleFeaturesError
+from src.features.extract import extract_features
+from src.features.store import FeatureStore, StoreIntegrityError
+from tests.conftest import FEATURES_CFG
+
+
+def _extract(dataset_root, store_root, modalities=("video", "audio", "text"), verify=False):
+    return extract_features(load_dataset(dataset_root), FeatureStore(store_root), list(modalities), FEATURES_CFG,
+                            workers=1, progress=False, verify=verify)
+
+
+def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> EmpathyDataModule:
+    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
+                           extract_workers=1, **kwargs)
+    dm.setup("fit")
+    return dm
+
+
+def _session(root, i=0) -> str:
+    return sorted(pd.read_csv(root / "sessions.csv").session_id)[i]
+
+
+def test_failed_reextraction_masks_the_stale_branch(dataset_copy, store_copy, caplog):
+    sid = _session(dataset_copy)
+    intact = _datamodule(dataset_copy, store_copy, ("video", "text"))
+    video = dataset_copy / pd.read_csv(dataset_copy / "sessions.csv").set_index("session_id").video[sid]
+    video.write_bytes(b"this is not a video" * 100)
+    report = _extract(dataset_copy, store_copy, ("video",))
+    assert [(f["session_id"], f["branch"]) for f in report.failures] == [(sid, "face")]
+    with caplog.at_level(logging.WARNING):
+        dm = _datamodule(dataset_copy, store_copy, ("video", "text"))
+    message = next(w for w in dm.warnings if f"session '{sid}', branch 'face'" in w)
+    assert "stale" in message and "input 'video'" in message and "masked" in message
+    assert (sid, "video") in dm.datasets["train"].missing or any(
+        (sid, "video") in d.missing for d in dm.datasets.values())
+    assert dm.manifest_hash != intact.manifest_hash  # the run records what it actually used
+    with pytest.raises(StaleFeaturesError, match=f"session '{sid}', branch 'face'"):
+        _datamodule(dataset_copy, store_copy, ("video", "text"), on_stale="error")
+
+
+def test_dropping_the_audio_column_makes_the_wav_features_stale(dataset_copy, store_copy):
+    sessions = pd.read_csv(dataset_copy / "sessions.csv")
+    sessions.drop(columns=["audio"]).to_csv(dataset_copy / "sessions.csv", index=False)
+    dm = _datamodule(dataset_copy, store_copy, ("audio", "text"))
+    stale = [w for w in dm.warnings if "branch 'audio'" in w and "stale" in w]
+    assert len(stale) == len(sessions)  # every session now names the video's track: the wav features are not read
+    assert all(d.missing >= {(s, "audio") for s in d.windows.session_id} for d in dm.datasets.values())
+
+
+def test_truncated_array_is_named_on_load_and_redone_alone(dataset_copy, store_copy):
+    sid = _session(dataset_copy, 1)
+    path = store_copy / "sessions" / sid / "face" / "features.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    store = FeatureStore(store_copy)
+    with pytest.raises(StoreIntegrityError, match=f"{path}.*session '{sid}', branch 'face'.*truncated"):
+        store.load(sid, "face", "features")
+    report = _extract(dataset_copy, store_copy)
+    assert report.extracted == [(sid, "face")] and not report.failures
+    assert [d["branch"] for d in report.damaged] == ["face"]
+    assert path.read_bytes() == data  # byte-identical to the intact extraction
+
+
+def test_nan_written_in_place_is_found_by_verify_and_named_by_training(dataset_copy, store_copy):
+    sid = _session(dataset_copy, 2)
+    path = store_copy / "sessions" / sid / "audio" / "features.npy"
+    original = path.read_bytes()
+    array = np.load(path, mmap_mode="r+")
+    array[5:40] = np.nan  # same size, valid header: only the contents changed
+    array.flush()
+    del array
+    dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["audio"], FEATURES_CFG, batch_size=8, extract_workers=1)
+    with pytest.raises(StoreIntegrityError, match=f"session '{sid}', branch 'audio'.*NaN"):
+        dm.setup("fit")
+        for split in ("train", "val", "test"):
+            for i in range(len(dm.datasets[split])):
+                dm.datasets[split][i]
+    assert _extract(dataset_copy, store_copy).extracted == []  # the cheap check cannot see it ...
+    report = _extract(dataset_copy, store_copy, verify=True)  # ... verify does, and redoes that branch alone
+    assert report.extracted == [(sid, "audio")]
+    assert "NaN" in " ".join(report.damaged[0]["problems"]) or "sha256" in " ".join(report.damaged[0]["problems"])
+    assert path.read_bytes() == original
+
+
+def test_non_finite_values_never_enter_the_store(tmp_path):
+    store = FeatureStore(tmp_path / "store")
+    bad = np.ones((4, 3), dtype=np.float32)
+    bad[2, 1] = np.inf
+    with pytest.raises(StoreIntegrityError, match="session 's1', branch 'audio'.*1 NaN/Inf value.*'features'"):
+        store.write_branch("s1", "audio", {"features": bad, "mask": np.ones(4, np.uint8)}, {"v": 1})
+    assert store.entry("s1", "audio") is None and not (tmp_path / "store" / "sessions" / "s1" / "audio").exists()
+
+
+def test_manifest_records_size_and_hash_and_verify_checks_them(tmp_path):
+    store = FeatureStore(tmp_path / "store")
+    store.write_branch("s1", "face", {"features": np.arange(12, dtype=np.float16).reshape(4, 3)}, {"v": 1})
+    record = store.entry("s1", "face")["arrays"]["features"]
+    path = store.branch_dir("s1", "face") / "features.npy"
+    assert record["bytes"] == path.stat().st_size and len(record["sha256"]) == 64
+    raw = bytearray(path.read_bytes())
+    raw[-2:] = b"\x00\x3c"  # overwrite the last value in place
+    path.write_bytes(bytes(raw))
+    assert store.check_branch("s1", "face") == [] and store.is_fresh("s1", "face", {"v": 1})
+    assert "sha256" in store.check_branch("s1", "face", deep=True)[0]
+    path.unlink()
+    with pytest.raises(StoreIntegrityError, match="is missing"):
+        store.load("s1", "face", "features")
+
+
+def test_store_respects_the_umask(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        store = FeatureStore(tmp_path / "store")
+        store.write_branch("s1", "face", {"features": np.zeros((2, 3), np.float16)}, {"v": 1})
+        folder = store.branch_dir("s1", "face")
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+        assert stat.S_IMODE((folder / "features.npy").stat().st_mode) == 0o644
+        assert stat.S_IMODE((store.owner_dir("s1") / "manifest.json").stat().st_mode) == 0o644
+    finally:
+        os.umask(previous)
