@@ -315,7 +315,12 @@ def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, v
                 report: ExtractionReport) -> bool:
     """Recorded with this signature and intact; a recorded branch whose files fail the check is damaged
     (reported, then redone like a stale one)."""
-    if (store.manifest(owner).get(branch) or {}).get("signature") != signature:
+    try:
+        recorded = store.manifest(owner).get(branch)
+    except StoreIntegrityError as error:  # unreadable manifest: every branch of this owner is redone
+        report.damaged.append({"session_id": owner, "branch": branch, "problems": [str(error).split(";")[0]]})
+        return False
+    if (recorded or {}).get("signature") != signature:
         return False
     problems = store.check_branch(owner, branch, deep=verify)
     if problems:

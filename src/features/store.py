@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 DATASET_KEY = "_dataset"
+MANIFEST_CHECKSUM = "_checksum"
 
 
 class StoreIntegrityError(RuntimeError):
@@ -101,8 +102,10 @@ class FeatureStore:
     def branch_dir(self, owner: str, branch: str) -> Path:
         return self.owner_dir(owner) / branch
 
-    def manifest(self, owner: str) -> dict:
-        """The owner's manifest, re-read only when the file changed (readers open it once per array)."""
+    def manifest(self, owner: str, strict: bool = True) -> dict:
+        """The owner's manifest, re-read only when the file changed (readers open it once per array).
+        A damaged manifest raises StoreIntegrityError, or reads as empty with strict=False (extraction:
+        every branch of that owner is then redone)."""
         path = self.owner_dir(owner) / "manifest.json"
         try:
             stat = path.stat()
@@ -112,8 +115,14 @@ class FeatureStore:
         cached = self._manifests.get(owner)
         if cached is None or cached[0] != key:
             try:
-                cached = (key, json.loads(path.read_text()))
-            except json.JSONDecodeError as error:
+                manifest = json.loads(path.read_text())
+                checksum = manifest.pop(MANIFEST_CHECKSUM, None)
+                if checksum is not None and checksum != canonical_hash(manifest):
+                    raise ValueError("its checksum does not match its contents")
+                cached = (key, manifest)
+            except (ValueError, UnicodeDecodeError) as error:
+                if not strict:
+                    return {}
                 raise StoreIntegrityError(f"feature store manifest {path} is damaged ({error}); delete it and run "
                                           f"extract.py again to redo this session's branches") from error
             self._manifests[owner] = cached
@@ -186,8 +195,9 @@ class FeatureStore:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)
-        manifest = dict(self.manifest(owner))
+        manifest = dict(self.manifest(owner, strict=False))
         manifest[branch] = {"signature": signature, "arrays": records, **(info or {})}
+        manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)  # edits or damage to the manifest itself show
         _atomic_write_text(owner_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
         self._manifests.pop(owner, None)
 
