@@ -20,7 +20,7 @@ from src.datamodules.splits import load_or_create_split, participant_folds
 from src.datamodules.window_dataset import WindowDataset
 from src.datamodules.windows import build_windows
 from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
-from src.features.extract import extract_features
+from src.features.extract import MEDIA_BRANCHES, extract_features
 from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, canonical_hash
 
 log = logging.getLogger(__name__)
@@ -163,14 +163,20 @@ class EmpathyDataModule(L.LightningDataModule):
                                              f"for it (run extract.py to refresh it, or data.on_stale=error to stop)")
                     else:
                         found += 1
-                        lengths.append(int(entry["n_frames"]))
+                        lengths.append((branch in MEDIA_BRANCHES, int(entry["n_frames"])))
                         continue
                     missing.add((sid, modality, branch))
                     self.unused_branches.add((sid, branch))
                 if not found:
                     missing.add((sid, modality))
             if lengths:
-                frames[sid] = max(lengths)
+                media = [n for is_media, n in lengths if is_media]
+                frames[sid] = max(media) if media else max(n for _, n in lengths)
+                text_end = max([n for is_media, n in lengths if not is_media], default=0)
+                if media and text_end > frames[sid] + dataset.fps:  # the transcript outlasts the recording
+                    self.warnings.append(
+                        f"session '{sid}': the transcript runs to {dataset.transcripts[sid].end.max():.1f} s but the "
+                        f"session's media end at {frames[sid] / dataset.fps:.1f} s; utterances past the end are not used")
             else:
                 self.warnings.append(f"session '{sid}': none of {self.modalities} was extracted; its ratings are skipped")
         if unusable and self.on_stale == "error":
@@ -178,6 +184,52 @@ class EmpathyDataModule(L.LightningDataModule):
                                      f"(data.on_stale=error); run extract.py to refresh them:\n  "
                                      + "\n  ".join(unusable))
         return frames, missing
+
+    def _check_splits(self, windows, n_participants: int) -> None:
+        """Every split needs windows: an empty one stops the run before training, saying what to change."""
+        for split in ("train", "val", "test"):
+            if not (windows.split == split).any():
+                how = (f"fold {self.cv_fold} of data.cv_folds={self.cv_folds}" if self.cv_folds
+                       else f"data.split_fractions={list(self.split_fractions)}, data.split_seed={self.split_seed}")
+                raise ValueError(f"the {split} split has no {self.scenario} windows: {n_participants} participant(s) "
+                                 f"have windows and {how} gives none of them to {split}. Change data.split_fractions "
+                                 f"or data.split_seed (or data.cv_folds), or add participants with ratings")
+
+    def _valid_frames(self, sid: str, store: FeatureStore, n_frames: int, speaking: np.ndarray,
+                      missing: set) -> np.ndarray:
+        """Frames of a session where at least one selected modality has a valid frame (as the windows see it)."""
+        valid = np.zeros(n_frames, dtype=bool)
+        for modality in self.modalities:
+            if (sid, modality) in missing:
+                continue
+            usable = np.zeros(n_frames, dtype=bool)
+            for branch in self.branches[modality]:
+                if (sid, modality, branch) in missing:
+                    continue
+                mask = (np.asarray(store.load(sid, branch, INDEXED[branch][1])) >= 0 if branch in INDEXED
+                        else np.asarray(store.load(sid, branch, "mask")) > 0)[:n_frames]
+                usable[: len(mask)] |= mask
+            if modality == "audio":
+                usable &= speaking[:n_frames] if len(speaking) >= n_frames else np.pad(speaking, (0, n_frames - len(speaking)))
+            valid |= usable
+        return valid
+
+    def _drop_empty_windows(self, windows, store: FeatureStore, session_frames: dict[str, int], speaking: dict,
+                            missing: set):
+        """Leave out windows with no valid frame in any selected modality (they carry no evidence but
+        would count in the metrics), and say how many per session."""
+        keep = np.ones(len(windows), dtype=bool)
+        for sid, rows in windows.groupby("session_id").indices.items():
+            valid = np.concatenate([[0], np.cumsum(self._valid_frames(sid, store, session_frames[sid], speaking[sid],
+                                                                      missing))])
+            starts = np.clip(windows.start.to_numpy()[rows], 0, session_frames[sid])
+            stops = np.clip(starts + self.window_frames, 0, session_frames[sid])
+            keep[rows] = valid[stops] > valid[starts]
+        if not keep.all():
+            dropped = windows[~keep].session_id.value_counts().sort_index()
+            self.warnings.append(f"left out {int((~keep).sum())} window(s) with no valid frame in any of "
+                                 f"{self.modalities}: " + ", ".join(f"{s} ({n})" for s, n in dropped.items()))
+        return windows[keep].reset_index(drop=True)
 
     def _stats(self, windows, speaking, missing, store: FeatureStore) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Per-feature mean and std over the valid frames that training windows cover."""
@@ -244,19 +296,23 @@ class EmpathyDataModule(L.LightningDataModule):
         windows, notes = build_windows(dataset.ratings, dataset.transcripts, session_frames, self.scenario,
                                        dataset.fps, self.window_frames, self.stride_seconds)
         self.warnings += notes
+        windows = self._drop_empty_windows(windows, store, session_frames, speaking, missing)
         if windows.empty:
             raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
+        # split the participants who have windows: one listed without sessions or ratings takes no place
+        rated = sorted(set(dataset.ratings.participant_id.loc[windows.rating_index]))
         if self.cv_folds:
             train_f, val_f, _ = self.split_fractions
-            assignment = participant_folds(dataset.participants.index.tolist(), self.cv_folds, self.cv_fold,
+            assignment = participant_folds(rated, self.cv_folds, self.cv_fold,
                                            val_f / (train_f + val_f), self.split_seed)
             self.split_hash = canonical_hash(assignment)
         else:
             assignment, self.split_hash = load_or_create_split(
                 self.store_dir / "splits" / f"seed{self.split_seed}_{'-'.join(map(str, self.split_fractions))}.json",
-                dataset.participants.index.tolist(), self.split_fractions, self.split_seed)
+                rated, self.split_fractions, self.split_seed)
         participant = dataset.ratings.participant_id.loc[windows.rating_index].to_numpy()
         windows["split"] = [assignment[p] for p in participant]
+        self._check_splits(windows, len(rated))
         self.windows = windows
         self.ratings = dataset.ratings
         train_windows = windows[windows.split == "train"]

@@ -67,9 +67,10 @@ class WindowDataset(Dataset):
             self._arrays[key] = self.store.load(session_id, branch, name)
         return self._arrays[key]
 
-    def _slice(self, array: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """array[start:start+k] padded with zeros; a bool vector of which rows came from the array."""
-        stop = min(start + self.length, len(array))
+    def _slice(self, array: np.ndarray, start: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """array[start:start+k] padded with zeros, rows at or past `limit` (the media's end) left out; a
+        bool vector of which rows came from the array."""
+        stop = min(start + self.length, len(array), len(array) if limit is None else limit)
         out = np.zeros((self.length,) + array.shape[1:], dtype=array.dtype)
         inside = np.zeros(self.length, dtype=bool)
         if stop > start:
@@ -84,7 +85,8 @@ class WindowDataset(Dataset):
             return np.zeros((self.length, dim), dtype=np.float32), np.zeros(self.length, dtype=bool)
         if branch in INDEXED:
             table_name, index_name = INDEXED[branch]
-            index, inside = self._slice(self._array(session_id, branch, index_name), start)
+            index, inside = self._slice(self._array(session_id, branch, index_name), start,
+                                        self.session_frames[session_id])
             mask = inside & (index >= 0)
             table = self._array(session_id, branch, table_name)
             x = np.zeros((self.length, table.shape[1]), dtype=np.float32)

@@ -1,7 +1,8 @@
 """Context windows of k frames (the paper's k = 120 at 15 fps, 8 s) slid every second over a phase.
 
 A rating's phase is the span of its session's Story Share utterances, or of the Reflection
-utterances naming the rated story. A phase at least k frames long gets windows starting at its
+utterances naming the rated story, cut at the end of the session's media (transcript times past it
+have no frames to read). A phase at least k frames long gets windows starting at its
 first frame and every stride frames while the window fits; a shorter phase gets one window
 centred on it (its neighbours fill the context, as with the paper's [t - k/2, t + k/2]).
 Windows are (rating, session, start frame) index rows; features are never copied.
@@ -50,7 +51,12 @@ def build_windows(ratings: pd.DataFrame, transcripts: dict[str, pd.DataFrame], s
         if span is None:
             warnings.append(f"session '{sid}', story '{rating.story_id}': no {scenario} utterances; rating skipped")
             continue
-        frames = (int(math.floor(span[0] * fps)), int(math.ceil(span[1] * fps)))
+        n_frames = session_frames[sid]
+        frames = (int(math.floor(span[0] * fps)), min(int(math.ceil(span[1] * fps)), n_frames))
+        if frames[0] >= n_frames:
+            warnings.append(f"session '{sid}', story '{rating.story_id}': the {scenario} utterances start at "
+                            f"{span[0]:.1f} s, after the session's media end ({n_frames / fps:.1f} s); rating skipped")
+            continue
         for start in window_starts(frames, session_frames[sid], length, stride):
             rows.append((rating_index, sid, int(start)))
     return pd.DataFrame(rows, columns=["rating_index", "session_id", "start"]), warnings
