@@ -19,6 +19,7 @@ from src.evaluation.report import settings as report_settings
 from src.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from src.metrics import METRIC_NAMES, empathy_metrics, format_table
 from src.models.empathy_module import EmpathyModule
+from src.utils.config_checks import check_config
 from src.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     feature-store manifest hash; a W&B run is closed when the job ends, also when it fails.
     `extra_callbacks` are added to the configured ones (for programmatic use).
     """
+    check_config(cfg)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
@@ -157,6 +159,7 @@ def _container(node: Any) -> Any:
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate one checkpoint (`ckpt_path`) on the data it was trained on, or a sweep directory
     (`sweep_dir`) into paper tables; data.* overrides apply to a checkpoint's data."""
+    check_config(cfg)
     if bool(cfg.get("ckpt_path")) == bool(cfg.get("sweep_dir")):
         raise ValueError("give exactly one of ckpt_path=<file.ckpt> or sweep_dir=<multirun folder>")
     out_dir = Path(cfg.paths.output_dir)

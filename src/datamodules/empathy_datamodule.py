@@ -122,7 +122,7 @@ class EmpathyDataModule(L.LightningDataModule):
             from src.demo.generate import DemoConfig, generate_demo
 
             generate_demo(self.dataset_dir, DemoConfig(**self.demo), workers=self.extract_workers)
-        dataset = load_dataset(self.dataset_dir)
+        dataset = load_dataset(self.dataset_dir, self.modalities)
         for warning in dataset.warnings:
             log.warning(warning)
         report = extract_features(dataset, FeatureStore(self.store_dir), self.modalities, self.features,
@@ -280,7 +280,7 @@ class EmpathyDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        dataset = load_dataset(self.dataset_dir)
+        dataset = load_dataset(self.dataset_dir, self.modalities)
         self.warnings = list(dataset.warnings)
         store = FeatureStore(self.store_dir)
         stories = store.entry(DATASET_KEY, "stories")
@@ -312,6 +312,7 @@ class EmpathyDataModule(L.LightningDataModule):
                 rated, self.split_fractions, self.split_seed)
         participant = dataset.ratings.participant_id.loc[windows.rating_index].to_numpy()
         windows["split"] = [assignment[p] for p in participant]
+        self.split_assignment = assignment
         self._check_splits(windows, len(rated))
         self.windows = windows
         self.ratings = dataset.ratings

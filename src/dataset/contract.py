@@ -83,6 +83,15 @@ def _read_table(path: Path, required: tuple[str, ...], problems: list[Problem], 
     if not path.exists():
         problems.append(Problem(rel, None, None, "file is missing"))
         return None
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:  # name the line and byte, not only the file
+        line_start = raw.rfind(b"\n", 0, error.start) + 1
+        problems.append(Problem(rel, raw.count(b"\n", 0, error.start) + 1, None,
+                                f"is not UTF-8: byte {error.start - line_start + 1} of the line is 0x{raw[error.start]:02x} "
+                                f"(save the file as UTF-8)"))
+        return None
     try:
         table = pd.read_csv(path, dtype=str, keep_default_na=False)
     except Exception as error:  # noqa: BLE001 - any parse failure is reported with the file name
@@ -142,7 +151,11 @@ def _load_participants(root: Path, problems: list[Problem]) -> pd.DataFrame:
     return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS)]
 
 
-def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem]) -> pd.DataFrame:
+def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem],
+                   modalities: tuple[str, ...] = ("video", "audio", "text")) -> pd.DataFrame:
+    """Sessions with their media paths; a media file is required only where a selected modality reads it:
+    the video for video (and for audio when a session has no audio file: its own track is read), the
+    audio file for audio."""
     rel = "sessions.csv"
     table = _read_table(root / rel, ("session_id", "participant_id", "video"), problems, rel)
     if table is None:
@@ -156,13 +169,16 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
             problems.append(Problem(rel, _line(i), "participant_id",
                                     f"'{row.participant_id}' is not in participants.csv"))
         video = root / row.video if row.video.strip() else None
+        audio = root / row.audio if row.audio.strip() else None
+        video_for = [m for m in ("video", "audio") if m in modalities and (m == "video" or audio is None)]
         if video is None:
             problems.append(Problem(rel, _line(i), "video", "is empty"))
-        elif not video.is_file():
-            problems.append(Problem(rel, _line(i), "video", f"file '{row.video}' does not exist"))
-        audio = root / row.audio if row.audio.strip() else None
-        if audio is not None and not audio.is_file():
-            problems.append(Problem(rel, _line(i), "audio", f"file '{row.audio}' does not exist"))
+        elif not video.is_file() and video_for:
+            problems.append(Problem(rel, _line(i), "video", f"file '{row.video}' does not exist (the "
+                                    f"{' and '.join(video_for)} modality reads it)"))
+        if audio is not None and not audio.is_file() and "audio" in modalities:
+            problems.append(Problem(rel, _line(i), "audio", f"file '{row.audio}' does not exist (the audio "
+                                    f"modality reads it)"))
         videos.append(video)
         audios.append(audio)
     table["video"], table["audio"] = videos, audios
@@ -231,8 +247,9 @@ def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, pro
     return table[["session_id", "story_id", "empathy", "participant_id"]]
 
 
-def load_dataset(root: str | Path) -> EmpathyDataset:
-    """Read and validate the dataset at root; raise DatasetError listing every problem found."""
+def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | None = None) -> EmpathyDataset:
+    """Read and validate the dataset at root; raise DatasetError listing every problem found. With
+    `modalities`, media files are required only where those modalities read them (v+t never opens audio)."""
     root = Path(root).resolve()
     problems: list[Problem] = []
     meta_path = root / "dataset.yaml"
@@ -245,7 +262,8 @@ def load_dataset(root: str | Path) -> EmpathyDataset:
         if not isinstance(fps, (int, float)) or fps <= 0:
             problems.append(Problem("dataset.yaml", None, "fps", f"must be a positive number, got {fps!r}"))
     participants = _load_participants(root, problems)
-    sessions = _load_sessions(root, participants, problems)
+    sessions = _load_sessions(root, participants, problems,
+                              tuple(modalities) if modalities is not None else ("video", "audio", "text"))
     stories = _load_stories(root, problems)
     ratings = _load_ratings(root, sessions, stories, problems)
     warnings: list[str] = []

@@ -59,7 +59,7 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
         from src.demo.generate import DemoConfig, generate_demo
 
         generate_demo(Path(data["dataset_dir"]), DemoConfig(**data["demo"]), workers=int(cfg.workers))
-    dataset = load_dataset(Path(data["dataset_dir"]))
+    dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.get("branches") else modalities)
     for warning in dataset.warnings:
         log.warning(warning)
     store = FeatureStore(data["store_dir"])

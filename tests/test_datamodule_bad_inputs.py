@@ -1,0 +1,68 @@
+"""Transcripts past the media's end, windows with nothing valid, participants without ratings, empty splits."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from src.dataset import load_dataset
+from src.datamodules.empathy_datamodule import EmpathyDataModule
+from src.features.extract import extract_features
+from src.features.store import FeatureStore
+from tests.conftest import FEATURES_CFG
+
+
+def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> EmpathyDataModule:
+    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
+                           extract_workers=1, **kwargs)
+    dm.setup("fit")
+    return dm
+
+
+def test_transcript_past_the_media_end_warns_and_windows_stay_inside(dataset_copy, store_copy):
+    sid = sorted(pd.read_csv(dataset_copy / "sessions.csv").session_id)[0]
+    path = dataset_copy / "transcripts" / f"{sid}.csv"
+    transcript = pd.read_csv(path, keep_default_na=False)
+    extra = pd.DataFrame([{"start": 30.0, "end": 41.8, "speaker": "participant", "phase": "story_share",
+                           "story_id": "", "text": "And that is how the long story ended, much later."}])
+    pd.concat([transcript, extra]).to_csv(path, index=False)
+    extract_features(load_dataset(dataset_copy), FeatureStore(store_copy), ["text"], FEATURES_CFG, workers=1,
+                     progress=False)
+    dm = _datamodule(dataset_copy, store_copy, ("video", "text"))
+    n_frames = FeatureStore(store_copy).entry(sid, "face")["n_frames"]
+    assert any(f"session '{sid}': the transcript runs to 41.8 s" in w for w in dm.warnings)
+    windows = dm.windows[dm.windows.session_id == sid]
+    assert len(windows) and (windows.start + dm.window_frames <= n_frames).all()
+    for split, data in dm.datasets.items():  # every window that counts has something to read
+        for i in range(len(data)):
+            item = data[i]
+            assert item["video"]["mask"].any() or item["text"]["mask"].any()
+
+
+def test_windows_with_no_valid_frame_are_left_out_and_counted(dataset_copy, store_copy):
+    sid = sorted(pd.read_csv(dataset_copy / "sessions.csv").session_id)[1]
+    store = FeatureStore(store_copy)
+    entry = store.entry(sid, "face")
+    arrays = {name: store.load(sid, "face", name, mmap=False) for name in entry["arrays"]}
+    arrays["mask"][:] = 0  # no face in any frame of this session
+    store.write_branch(sid, "face", arrays, entry["signature"], {k: v for k, v in entry.items()
+                                                                  if k not in ("signature", "arrays")})
+    intact = (_datamodule(dataset_copy, store_copy, ("text",)).windows.session_id == sid).sum()
+    dm = _datamodule(dataset_copy, store_copy, ("video",))
+    assert (dm.windows.session_id == sid).sum() == 0 and intact > 0
+    assert any(f"left out {intact} window(s) with no valid frame" in w and f"{sid} ({intact})" in w for w in dm.warnings)
+
+
+def test_participant_without_sessions_takes_no_place_in_the_split(dataset_copy, tiny_store, tmp_path):
+    participants = pd.read_csv(dataset_copy / "participants.csv")
+    ghost = participants.iloc[[0]].assign(participant_id="p999")
+    pd.concat([participants, ghost]).to_csv(dataset_copy / "participants.csv", index=False)
+    import shutil
+
+    store = shutil.copytree(tiny_store, tmp_path / "store")
+    dm = _datamodule(dataset_copy, store, ("text",))
+    assert "p999" not in dm.split_assignment and len(dm.split_assignment) == len(participants)
+
+
+def test_an_empty_split_stops_before_training_and_says_what_to_change(tiny_dataset, store_copy):
+    with pytest.raises(ValueError, match=r"the test split has no story_share windows.*data.split_fractions"):
+        _datamodule(tiny_dataset, store_copy, ("text",), split_fractions=(0.8, 0.2, 0.0))
