@@ -1,6 +1,6 @@
 """Transformer text encoder with mean or CLS pooling and, when frozen, a per-text embedding cache.
 
-Frozen (the "Talk, Listen, Connect" text-regression recipe, Roshanaei, Rezapour and Seif El-Nasr): every text is encoded once; later epochs, folds and perturbation reports read the
+Frozen (the frozen-BERT recipe of Haleas, "Exploring the Empathy of Leading Large Language Models"): every text is encoded once; later epochs, folds and perturbation reports read the
 cache, so training a head over a frozen encoder costs nothing after the first pass. The cache can be
 persisted to a folder (one .npy per encoder identity) so benchmark reruns skip encoding entirely.
 Fine-tuned: the top `trainable_layers` transformer layers (and the pooler) get gradients; nothing

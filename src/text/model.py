@@ -1,6 +1,5 @@
-"""Text regressor (Shen, Kim et al. 2024, EmpathicStories++; "Talk, Listen, Connect", Roshanaei,
-Rezapour and Seif El-Nasr): encoder -> pooled field embeddings [+ persona] -> MLP -> one score per
-label; the overall score is the mean of the label scores (Empathy = (C+E+B)/3).
+"""Text regressor (Haleas, "Exploring the Empathy of Leading Large Language Models"): encoder -> pooled field embeddings [+ persona] -> MLP ->
+one score per label; the overall score is the mean of the label scores (Empathy = (C+E+B)/3).
 
 `TextEmpathyModule` is the LightningModule every text model trains as, built from config like the
 fusion nets: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
