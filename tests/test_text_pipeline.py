@@ -205,3 +205,24 @@ def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):
     with torch.no_grad():
         expected = scorer.module(batch)[:, 0].numpy()
     assert np.allclose(scorer.score({"text": texts})["emotional"], expected, atol=1e-5)
+
+
+def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(run, tmp_path):
+    import torch
+
+    from src.pipeline import train
+    from src.utils.compose import compose_config
+
+    _, _, root = run
+    cfg = compose_config(_overrides(root, "trainer.max_epochs=8", "logger=none", "model.baselines.enabled=false",
+                                    "model.net.branch={_target_:src.text.branches.TfidfBranch,n_components:16,min_df:1}"),
+                         tmp_path / "out")
+    results = train(cfg)
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    assert "net.branch._extra_state" in checkpoint["state_dict"]
+    scorer = TextScorer.load(results["best_checkpoint"])
+    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 384 + 16 + 16
+    texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
+    scores = scorer.score({"text": texts})
+    assert scores["emotional"][0] > scores["emotional"][1] + 0.5
+    assert json.loads((tmp_path / "out" / "test_metrics.json").read_text())["model"]["rating"]["spearman"] > 0.5

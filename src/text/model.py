@@ -3,7 +3,8 @@ one score per label; the overall score is the mean of the label scores (Empathy 
 
 `TextEmpathyModule` is the LightningModule every text model trains as, built from config like the
 fusion nets: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
-top n layers fine-tuned; pooling is the encoder's), `optimizer` and `scheduler` (`_partial_`
+top n layers fine-tuned; pooling is the encoder's; `head` a `_partial_`; an optional extra
+`branch`, src/text/branches.py), `optimizer` and `scheduler` (`_partial_`
 configs, conf/optimizer, conf/scheduler). Persona conditioning ("Talk, Listen, Connect"): each
 categorical attribute gets an embedding, numeric attributes a linear map, concatenated to the text
 representation; `use_persona=False` drops it. Targets are standardised with the training fold's
@@ -15,6 +16,7 @@ the encoder's folder and identity hash, checked when the checkpoint is loaded.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import hydra
@@ -47,25 +49,36 @@ class PersonaEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+class MLPHead(nn.Sequential):
+    """Dropout -> Linear -> GELU -> Dropout -> Linear: one output per label."""
+
+    def __init__(self, in_dim: int, n_outputs: int, hidden: int = 256, dropout: float = 0.1):
+        super().__init__(nn.Dropout(dropout), nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout),
+                         nn.Linear(hidden, n_outputs))
+
+
 class TextRegressor(nn.Module):
     """Shared encoder over every text field, optional persona, MLP head with one output per label.
 
     With a frozen encoder the net holds no encoder (its weights stay out of checkpoints): batches
     bring the cached field embeddings (`embeddings`, fields concatenated), so a step is only the
     head. A fine-tuned encoder is part of the net and reads the batch's raw `texts`.
+    `head` builds the head from (input dim, outputs) (a `_partial_` config; default MLPHead); an
+    optional `branch` (src/text/branches.py, e.g. TF-IDF) adds features computed from the texts.
     """
 
-    def __init__(self, fields: list[str], n_outputs: int, encoder: TextEncoder, hidden: int = 256,
-                 dropout: float = 0.1, persona_cardinalities: list[int] | None = None, persona_numeric: int = 0,
-                 persona_dim: int = 8):
+    def __init__(self, fields: list[str], n_outputs: int, encoder: TextEncoder,
+                 head: Callable[[int, int], nn.Module] | None = None, branch: nn.Module | None = None,
+                 persona_cardinalities: list[int] | None = None, persona_numeric: int = 0, persona_dim: int = 8):
         super().__init__()
         self.encoder = None if encoder.frozen else encoder
         self.fields = list(fields)
         cards = persona_cardinalities or []
         self.persona = PersonaEmbedding(cards, persona_numeric, persona_dim) if (cards or persona_numeric) else None
-        in_dim = encoder.dim * len(self.fields) + (self.persona.out_dim if self.persona else 0)
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(in_dim, hidden), nn.GELU(), nn.Dropout(dropout),
-                                  nn.Linear(hidden, n_outputs))
+        self.branch = branch
+        in_dim = encoder.dim * len(self.fields) + (self.persona.out_dim if self.persona else 0) \
+            + (branch.out_dim if branch is not None else 0)
+        self.head = (head or MLPHead)(in_dim, n_outputs)
 
     def forward(self, batch: dict) -> torch.Tensor:
         if self.encoder is not None:
@@ -75,6 +88,8 @@ class TextRegressor(nn.Module):
         else:
             raise ValueError("a net over a frozen encoder needs batch['embeddings'] (attach the encoder to the "
                              "datamodule: datamodule.embedder = module.frozen_encoder)")
+        if self.branch is not None:
+            parts.append(self.branch(batch).to(parts[0].dtype))
         if self.persona is not None:
             parts.append(self.persona(batch["persona_ids"], batch["persona_numeric"]))
         return self.head(torch.cat(parts, dim=-1))
@@ -114,6 +129,13 @@ class TextEmpathyModule(L.LightningModule):
     def forward(self, batch: dict) -> torch.Tensor:
         """Scores on the label scale, N x labels."""
         return self.net(batch) * self.target_std + self.target_mean
+
+    def on_fit_start(self) -> None:
+        """Fit an extra branch (TF-IDF, ...) on the training rows' texts, once (not again on resume)."""
+        branch = self.net.branch
+        if branch is not None and not getattr(branch, "fitted", True):
+            dm = self.trainer.datamodule
+            branch.fit({f: [dm.fields[f][i] for i in dm.train_rows] for f in self.net.fields})
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         z = self.net(batch)
