@@ -1,4 +1,5 @@
-"""Train a fusion model: python train.py model=lf_lstm modality=v+t (see conf/train.yaml)."""
+"""Train a model (see conf/train.yaml): a fusion net, python train.py model=lf_lstm modality=v+t,
+or a text model, python train.py experiment=text_empathetic_exchanges."""
 import hydra
 from omegaconf import DictConfig
 
@@ -11,11 +12,6 @@ from src.utils.multirun import run_job
 def main(cfg: DictConfig) -> float | None:
     """Returns cfg.optimized_metric (a validation metric) for sweepers such as hparams_search=optuna;
     a failing job of a multirun is recorded in the sweep folder instead of stopping the sweep."""
-    if cfg.model.get("task") == "text":  # text models (model=text_regressor | llm_judge): src/text/
-        from src.text.pipeline import train_text
-
-        train_text(cfg)
-        return None
     return run_job(train, cfg)
 
 

@@ -19,6 +19,9 @@ from src.evaluation.report import settings as report_settings
 from src.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from src.metrics import METRIC_NAMES, empathy_metrics, format_table
 from src.models.empathy_module import EmpathyModule
+from src.text.model import CHECKPOINT_KEY as TEXT_CHECKPOINT_KEY
+from src.text.pipeline import (build_text_datamodule, build_text_module, is_text_config, load_text_checkpoint,
+                               report_text_test, robustness_report)
 from src.utils.config_checks import check_config
 from src.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 
@@ -89,20 +92,13 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
         return skipped
-    datamodule = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True),
-                                  OmegaConf.to_container(cfg.features, resolve=True), list(cfg.modality.names))
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    model = EmpathyModule(
-        net=OmegaConf.to_container(cfg.model.net, resolve=True), modalities=list(cfg.modality.names),
-        input_dims=datamodule.input_dims, head=cfg.model.head,
-        optimizer=OmegaConf.to_container(cfg.model.optimizer, resolve=True),
-        scheduler=OmegaConf.to_container(cfg.model.scheduler, resolve=True),
-        threshold_rating=cfg.model.threshold_rating, data_info=datamodule.describe(),
-        run_config={"data": OmegaConf.to_container(cfg.data, resolve=True),
-                    "features": OmegaConf.to_container(cfg.features, resolve=True),
-                    "modality": OmegaConf.to_container(cfg.modality, resolve=True),
-                    "model": OmegaConf.to_container(cfg.model, resolve=True)})
+    text = is_text_config(cfg.data)
+    if text:  # a text table: TextDataModule + TextEmpathyModule (src/text/), same Trainer, loggers, checkpoints
+        datamodule = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
+        datamodule.setup("fit")
+        model = build_text_module(cfg, datamodule)
+    else:
+        datamodule, model = _fusion_run(cfg)
     loggers = _instantiate_all(cfg.get("logger"))
     callbacks = _instantiate_all(cfg.get("callbacks")) + list(extra_callbacks or [])
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
@@ -121,15 +117,41 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         if cfg.get("test", True):
             best = checkpoint.best_model_path if checkpoint else ""
             trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
-            if trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
-                results = report_test(model, datamodule, out_dir, cfg.model.net._target_.rsplit(".", 1)[-1],
-                                      loggers=trainer.loggers, evaluation=_container(cfg.get("evaluation")))
+            title = cfg.model.net._target_.rsplit(".", 1)[-1]
+            if trainer.is_global_zero and text:
+                results = report_text_test(model, datamodule, out_dir, title, trainer.loggers,
+                                           float(cfg.model.get("threshold_rating", 3.0)),
+                                           _container(cfg.model.get("baselines")))
+                robust = robustness_report(best, datamodule, _container(cfg.model.get("robustness")), cfg.seed, out_dir)
+                if robust is not None:
+                    results["robustness"] = str(robust)
+            elif trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
+                results = report_test(model, datamodule, out_dir, title, loggers=trainer.loggers,
+                                      evaluation=_container(cfg.get("evaluation")))
             results["best_checkpoint"] = best
         results.update(validation=validation, best_validation=best_validation, global_step=trainer.global_step)
         failed = False
     finally:
         finish_loggers(trainer.loggers, failed)
     return results
+
+
+def _fusion_run(cfg: DictConfig) -> tuple[EmpathyDataModule, EmpathyModule]:
+    datamodule = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True),
+                                  OmegaConf.to_container(cfg.features, resolve=True), list(cfg.modality.names))
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    model = EmpathyModule(
+        net=OmegaConf.to_container(cfg.model.net, resolve=True), modalities=list(cfg.modality.names),
+        input_dims=datamodule.input_dims, head=cfg.model.head,
+        optimizer=OmegaConf.to_container(cfg.model.optimizer, resolve=True),
+        scheduler=OmegaConf.to_container(cfg.model.scheduler, resolve=True),
+        threshold_rating=cfg.model.threshold_rating, data_info=datamodule.describe(),
+        run_config={"data": OmegaConf.to_container(cfg.data, resolve=True),
+                    "features": OmegaConf.to_container(cfg.features, resolve=True),
+                    "modality": OmegaConf.to_container(cfg.modality, resolve=True),
+                    "model": OmegaConf.to_container(cfg.model, resolve=True)})
+    return datamodule, model
 
 
 def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
@@ -160,8 +182,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate one checkpoint (`ckpt_path`) on the data it was trained on, or a sweep directory
     (`sweep_dir`) into paper tables; data.* overrides apply to a checkpoint's data."""
     check_config(cfg)
-    if bool(cfg.get("ckpt_path")) == bool(cfg.get("sweep_dir")):
-        raise ValueError("give exactly one of ckpt_path=<file.ckpt> or sweep_dir=<multirun folder>")
+    if sum(bool(cfg.get(k)) for k in ("ckpt_path", "sweep_dir", "judge")) != 1:
+        raise ValueError("give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
+                         "judge=llm_judge (with +data=<text data>)")
     out_dir = Path(cfg.paths.output_dir)
     if cfg.get("sweep_dir"):
         tables = cfg.get("tables") or {}
@@ -171,11 +194,17 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         for level, paths in result["paths"].items():
             print(f"\n{level}-level results ({cfg.sweep_dir}):\n{paths['md'].read_text()}")
         return result
+    if cfg.get("judge"):
+        from src.text.llm_judge import evaluate_judge
+
+        return evaluate_judge(cfg, out_dir)
+    checkpoint = torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)
+    if TEXT_CHECKPOINT_KEY in checkpoint:
+        return _evaluate_text(cfg, out_dir)
     evaluation = _container(cfg.get("evaluation"))
     if cfg.split == "val" and (evaluation or {}).get("threshold") == "validation":
         raise ValueError("evaluation.threshold=validation chooses the cutoff on the validation split; "
                          "scoring that same split with it would be optimistic: use split=test or threshold=fixed")
-    checkpoint = torch.load(cfg.ckpt_path, map_location="cpu", weights_only=False)
     run_config = checkpoint["hyper_parameters"]["run_config"]
     data_cfg = {**run_config["data"], **OmegaConf.to_container(cfg.data, resolve=True)}
     features_cfg = {**run_config["features"], **OmegaConf.to_container(cfg.features, resolve=True)}
@@ -188,3 +217,18 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     trainer.test(model, dataloaders=loader())
     return report_test(model, datamodule, out_dir, run_config["model"]["net"]["_target_"].rsplit(".", 1)[-1],
                        evaluation=evaluation)
+
+
+def _evaluate_text(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """A text checkpoint on its own test fold (split=test), validation part (split=val) or every
+    row of a new table (`test_csv=<file>`, same columns), through trainer.test."""
+    data_overrides = OmegaConf.to_container(cfg.data, resolve=True) if cfg.get("data") else {}
+    model, datamodule = load_text_checkpoint(cfg.ckpt_path, data_overrides, cfg.get("test_csv"))
+    if cfg.split == "val" and not cfg.get("test_csv"):
+        datamodule.test_rows = datamodule.val_rows
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
+    trainer.test(model, datamodule=datamodule)
+    model_cfg = model.hparams.run_config["model"]
+    return report_text_test(model, datamodule, out_dir, model_cfg["net"]["_target_"].rsplit(".", 1)[-1],
+                            threshold_rating=float(model_cfg.get("threshold_rating", 3.0)),
+                            baselines_cfg=model_cfg.get("baselines") if not cfg.get("test_csv") else {"enabled": False})

@@ -29,8 +29,8 @@ COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _optio
 
 
 # Text models (src/text/) pair with text tables, not with the multimodal datamodule: they are composed
-# with each other and instantiated their own way (see _check_text_config).
-TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor", "llm_judge"}
+# with each other (see _check_text_config). The LLM judge is an evaluate.py config group (conf/judge).
+TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor"}
 TEXT_TABLE = ["data.path=/some/table.csv", "data.text_columns=[text]", "data.label_columns=[score]"]
 
 
@@ -41,35 +41,36 @@ def _is_text(override: str) -> bool:
 
 
 def _check_text_config(override: str, tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
-    import numpy as np
-
     from src.text.data import PersonaEncoder
     from src.text.datamodule import TextDataModule
-    from src.text.llm_judge import PROMPTS
-    from src.text.pipeline import build_text_datamodule
-    from src.text.scorer import build_module
+    from src.text.model import TextEmpathyModule
+    from src.text.pipeline import build_text_datamodule, is_text_config
 
-    extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE, "model=llm_judge": ["data=text_csv"] + TEXT_TABLE,
+    extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE,
              "model=text_regressor": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
     if override in ("data=empathetic_exchanges",):
         extra = ["model=text_regressor"]
-    cfg = _compose("train", [override] + extra, tmp_path)
-    assert cfg.model.task == "text"
+    cfg = _compose("train", [override, "model.net.encoder.cache_dir=null"] + extra, tmp_path)
+    assert is_text_config(cfg.data)
     dm = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
     assert isinstance(dm, TextDataModule) and dm.spec.text_columns and dm.spec.label_columns and dm.n_folds == 5
-    if cfg.model.name == "llm_judge":
-        assert cfg.model.prompt in PROMPTS and cfg.model.max_retries >= 1
-    else:
-        stand_in_encoder = SimpleNamespace(dim=8, frozen=cfg.model.encoder.trainable_layers == 0)
-        settings = OmegaConf.to_container(cfg.model, resolve=True)
-        module = build_module(settings, dm.spec.label_columns, dm.spec.fields, PersonaEncoder([]), np.zeros(1),
-                              np.ones(1), (1, 5), stand_in_encoder)
-        assert module.net.head[-1].out_features == len(dm.spec.label_columns)
-        assert module.net.head[1].in_features == 8 * len(dm.spec.fields)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    assert model["optimizer"]["_partial_"] and model["optimizer"]["_target_"] == "torch.optim.AdamW"
+    info = {"fields": dm.spec.fields, "labels": dm.spec.label_columns, "persona": PersonaEncoder([]).state(),
+            "target_mean": [3.0] * len(dm.spec.label_columns), "target_std": [1.0] * len(dm.spec.label_columns),
+            "levels": [1, 5]}
+    module = TextEmpathyModule(model["net"], info, model["optimizer"], model.get("scheduler"))
+    assert module.net.head[-1].out_features == len(dm.spec.label_columns)
+    assert module.net.head[1].in_features == module.encoder.dim * len(dm.spec.fields)
     trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
-    assert trainer.max_epochs == 10
+    assert trainer.max_epochs == (30 if override.startswith("experiment=") else 10)
+
+
+def test_judge_config_composes_for_evaluate(tmp_path):
+    from src.text.llm_judge import PROMPTS
+
+    cfg = _compose("evaluate", ["judge=llm_judge", "+data=empathetic_exchanges"], tmp_path)
+    assert cfg.judge.prompt in PROMPTS and cfg.judge.max_retries >= 1 and cfg.data.label_columns == ["empathy"]
 
 
 @pytest.mark.parametrize("override", COMBOS)

@@ -1,4 +1,4 @@
-"""LLM judge: prompts from the papers, answer parsing, and the HTTP path against a loopback server."""
+"""LLM judge: prompts from the papers, answer parsing, and the openai client against a loopback server."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from src.text.datamodule import TextDataModule
 from src.text.llm_judge import ChatClient, build_messages, evaluate_judge, parse_score
 from src.utils import PROJECT_ROOT
 
@@ -85,11 +84,10 @@ def fake_endpoint():
 
 
 def test_client_retries_then_caches_by_prompt_hash(fake_endpoint, tmp_path):
-    client = ChatClient(fake_endpoint, "judge-model", api_key="k123", cache_dir=tmp_path, timeout_s=5,
-                        max_retries=2, backoff_s=0.01)
+    client = ChatClient(fake_endpoint, "judge-model", api_key="k123", cache_dir=tmp_path, timeout_s=5, max_retries=2)
     messages = build_messages("story_empathy", "I am so sorry that happened.")
     assert parse_score(client.complete(messages), "story_empathy", (1, 5)) == 5.0
-    assert len(_FakeChat.calls) == 2 and client.requests == 2  # one 503, one answer
+    assert len(_FakeChat.calls) == 2 and client.requests == 1  # the client retried the 503 once
     assert _FakeChat.calls[-1]["auth"] == "Bearer k123" and _FakeChat.calls[-1]["body"]["model"] == "judge-model"
     assert (tmp_path / f"{client.cache_key(messages)}.json").exists()
     again = ChatClient(fake_endpoint, "judge-model", cache_dir=tmp_path, timeout_s=5)
@@ -99,17 +97,17 @@ def test_client_retries_then_caches_by_prompt_hash(fake_endpoint, tmp_path):
 def test_client_gives_up_after_bounded_retries(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeChat)  # take a free port, then close it:
     server.server_close()  # every try is refused at once
-    client = ChatClient(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", timeout_s=1, max_retries=1, backoff_s=0.01)
+    client = ChatClient(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", timeout_s=1, max_retries=1)
     with pytest.raises(RuntimeError, match="no answer after 2 tries"):
         client.complete([{"role": "user", "content": "hi"}])
 
 
 def _judge_cfg(tmp_path, path):
     with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[
-            "data=text_csv", "model=llm_judge", f"data.path={path}", "data.text_columns=[story]",
-            "data.label_columns=[empathy]", "data.group_column=writer", "data.n_folds=2", f"model.cache_dir={tmp_path / 'cache'}",
-            "model.backoff_s=0.01"])
+        cfg = compose(config_name="evaluate", overrides=[
+            "judge=llm_judge", "+data=text_csv", f"data.path={path}", "data.text_columns=[story]",
+            "data.label_columns=[empathy]", "data.group_column=writer", "data.cv_folds=2",
+            f"judge.cache_dir={tmp_path / 'cache'}"])
     with open_dict(cfg):
         cfg.paths.output_dir = str(tmp_path / "out")
     return cfg
@@ -129,19 +127,17 @@ def test_evaluate_judge_scores_every_fold(fake_endpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("EMPATHIC_LLM_BASE_URL", fake_endpoint)
     monkeypatch.setenv("EMPATHIC_LLM_MODEL", "judge-model")
     cfg = _judge_cfg(tmp_path, _judge_table(tmp_path))
-    dm = TextDataModule(**{k: v for k, v in cfg.data.items() if k != "_target_"})
-    dm.setup()
-    result = evaluate_judge(cfg, dm, tmp_path / "out")
-    judge = result["summary"]["llm judge"]
-    assert result["answered"] == [1.0, 1.0]
-    assert judge["spearman"]["mean"] > 0.8 and judge["mse"]["mean"] == pytest.approx(1 / 8, abs=0.13)
-    assert (tmp_path / "out" / "llm_judge_metrics.md").exists()
+    result = evaluate_judge(cfg, tmp_path / "out")
+    judge = result["summary"].set_index("model").loc["LLM judge"]
+    assert result["answered"] == [1.0, 1.0] and judge["n_runs"] == 2  # one row per fold, mean ± std
+    assert judge["spearman_mean"] > 0.8 and judge["mse_mean"] == pytest.approx(1 / 8, abs=0.13)
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert set(runs.model) == {"LLM judge", "training mean"} and sorted(runs.fold.unique()) == [0, 1]
+    assert "LLM judge" in (tmp_path / "out" / "llm_judge_table.md").read_text()
 
 
 def test_without_endpoint_it_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("EMPATHIC_LLM_BASE_URL", raising=False)
     cfg = _judge_cfg(tmp_path, _judge_table(tmp_path))
-    dm = TextDataModule(**{k: v for k, v in cfg.data.items() if k != "_target_"})
-    dm.setup()
-    assert evaluate_judge(cfg, dm, tmp_path / "out") == {"skipped": "no endpoint"}
+    assert evaluate_judge(cfg, tmp_path / "out") == {"skipped": "no endpoint"}
     assert "no endpoint configured" in capsys.readouterr().out

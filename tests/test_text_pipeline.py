@@ -1,9 +1,11 @@
-"""Text pipeline end to end on synthetic tables with planted signal: grouped CV against baselines,
-persona conditioning, the saved model, the robustness report, the train.py interface on an unseen
-table, and the scoring page driven in headless Chromium."""
+"""Text models on the one path, on synthetic tables with planted signal: a fold trained by
+src.pipeline.train against its baselines, the self-describing checkpoint and TextScorer, the
+robustness report, evaluate.py on a checkpoint (own fold, new CSV) and on a sweep, a failing job of
+a multirun, Optuna, fine-tuning, and the scoring page driven in headless Chromium."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -15,11 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
-
 from src.text.perturb import PERTURBATIONS
-from src.text.pipeline import train_text
 from src.text.scorer import TextScorer
 from src.text.synthetic import make_text_table
 from src.utils import PROJECT_ROOT
@@ -27,46 +25,48 @@ from src.utils import PROJECT_ROOT
 LABELS = ["cognitive", "emotional", "behavioral"]
 
 
+def _overrides(root: Path, *extra: str) -> list[str]:
+    return ["data=text_csv", "model=text_regressor", "modality=t", f"data.path={root / 'table.csv'}",
+            "data.text_columns=[text]", f"data.label_columns=[{','.join(LABELS)}]", "data.group_column=writer",
+            "data.cv_folds=3", "data.persona_columns=[gender,empathic_concern]", "model.net.encoder.cache_dir=null",
+            "trainer.max_epochs=25", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "logger=csv", *extra]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One 3-fold run with persona columns and the persona ablation, final model and robustness report."""
+    """Fold 0 of a 3-fold run with persona columns through src.pipeline.train (the train.py path)."""
+    from src.pipeline import train
+    from src.utils.compose import compose_config
+
     root = tmp_path_factory.mktemp("text_run")
     make_text_table(54, 4, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[
-            "data=text_csv", "model=text_regressor", f"data.path={root / 'table.csv'}", "data.text_columns=[text]",
-            f"data.label_columns=[{','.join(LABELS)}]", "data.group_column=writer", "data.n_folds=3",
-            "data.persona_columns=[gender,empathic_concern]", "model.persona_ablation=true",
-            "model.encoder.cache_dir=null", "model.max_epochs=40", "model.robustness.n_texts=12"])
-    with open_dict(cfg):
-        cfg.paths.output_dir = str(root / "out")
-    return train_text(cfg), root / "out"
+    cfg = compose_config(_overrides(root, "model.robustness.n_texts=12"), root / "out")
+    return train(cfg), root / "out", root
 
 
-def test_grouped_cv_beats_trivial_baselines(run):
-    results, out = run
-    for output in LABELS + ["overall"]:
-        rows = results["cv"][output]
-        assert rows["text_regressor"]["spearman"]["mean"] > 0.6
-        assert rows["text_regressor"]["qwk"]["mean"] > rows["majority class"]["qwk"]["mean"] + 0.4
-        assert rows["text_regressor"]["mse"]["mean"] < 0.6 * rows["training mean"]["mse"]["mean"]
-    oof = pd.read_csv(out / "oof_predictions.csv")
-    assert sorted(oof.row_index) == list(range(54 * 4)) and set(oof.fold) == {0, 1, 2}
-    assert "TF-IDF + ridge" in (out / "text_metrics.md").read_text()
+def test_one_fold_beats_trivial_baselines_in_the_fusion_format(run):
+    results, out, _ = run
+    saved = json.loads((out / "test_metrics.json").read_text())
+    model, baseline = saved["model"]["rating"], saved["baselines"]
+    assert set(baseline) == {"TF-IDF + ridge", "ridge on frozen embeddings", "training mean"}
+    assert model["spearman"] > 0.6 and model["mse"] < 0.6 * baseline["training mean"]["rating"]["mse"]
+    assert set(saved["outputs"]) == set(LABELS + ["overall"]) and results["best_validation"]["val/loss"] > 0
+    predictions = pd.read_csv(out / "test_predictions.csv")
+    assert predictions.participant_id.str.startswith("w").all() and set(predictions.fold) == {0}
+    assert (out / "csv").is_dir() and "TF-IDF + ridge" in (out / "test_metrics.md").read_text()
 
 
-def test_persona_conditioning_helps_where_the_persona_carries_signal(run):
-    results, _ = run
-    emotional = results["cv"]["emotional"]
-    with_persona = emotional["text_regressor"]["mse"]["mean"]
-    without = emotional["text_regressor without persona"]["mse"]["mean"]
-    assert with_persona < 0.8 * without  # high empathic concern shifts emotional ratings; text cannot see it
+def test_checkpoint_describes_itself_and_scores_new_text_with_the_persona(run):
+    import torch
 
-
-def test_saved_model_scores_new_text_and_uses_the_persona(run):
-    results, _ = run
-    scorer = TextScorer.load(results["model_path"])
-    assert scorer.output_names == LABELS + ["overall"]
+    results, _, _ = run
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    info = checkpoint["hyper_parameters"]["data_info"]
+    assert info["labels"] == LABELS and info["fields"] == ["text"] and info["persona"]["columns"] == ["gender", "empathic_concern"]
+    assert checkpoint["empathic_text"]["encoder"]["identity"] and len(info["target_mean"]) == 3
+    assert not any(k.startswith("net.encoder") for k in checkpoint["state_dict"])  # frozen: weights not copied
+    scorer = TextScorer.load(results["best_checkpoint"])
+    assert scorer.output_names == LABELS + ["overall"] and scorer.persona.columns == ["gender", "empathic_concern"]
     texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
     scores = scorer.score({"text": texts})
     assert scores["emotional"][0] > scores["emotional"][1] + 1.0
@@ -76,29 +76,59 @@ def test_saved_model_scores_new_text_and_uses_the_persona(run):
     assert by_persona["emotional"][0] > by_persona["emotional"][1] + 1.0
 
 
-def test_robustness_report_lists_all_seven_perturbations(run):
-    _, out = run
+def test_robustness_report_reads_the_checkpoint(run):
+    _, out, _ = run
     report = (out / "robustness.md").read_text()
     assert all(report.count(f"| {name} |") == 2 for name in PERTURBATIONS)  # |change| and signed change
     table = pd.read_csv(out / "robustness.csv")
     assert set(table.perturbation) == set(PERTURBATIONS) and set(table.output) == set(LABELS + ["overall"])
-    assert sorted(table[table.perturbation == "leetspeak"].level.unique()) == [0.1, 0.3, 0.6]
     assert (table.mean_abs_change >= 0).all() and table.mean_abs_change.max() > 0
-    assert (out / "robustness.png").stat().st_size > 1000
 
 
-def test_train_py_runs_on_an_unseen_jsonl_given_its_columns(tmp_path):
-    table = make_text_table(30, 3, seed=5).rename(columns={"text": "reply", "writer": "author", "emotional": "score"})
-    table.to_json(tmp_path / "fresh.jsonl", orient="records", lines=True)
-    command = [sys.executable, "train.py", "data=text_csv", "model=text_regressor", f"data.path={tmp_path / 'fresh.jsonl'}",
-               "data.text_columns=[reply]", "data.label_columns=[score]", "data.group_column=author", "data.n_folds=3",
-               "model.encoder.cache_dir=null", "model.final_fit=false", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
+def test_evaluate_scores_a_text_checkpoint_on_its_fold_and_on_a_new_csv(run, tmp_path):
+    from src.pipeline import evaluate
+    from src.utils.compose import compose_config
+
+    results, out, root = run
+    own = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", "trainer.enable_progress_bar=false"],
+                                  tmp_path / "own", "evaluate"))
+    trained = json.loads((out / "test_metrics.json").read_text())["model"]["rating"]
+    assert own["model"]["rating"]["pearson"] == pytest.approx(trained["pearson"], abs=1e-5)
+    fresh = make_text_table(10, 2, seed=9, persona_effect=True)
+    fresh.to_csv(tmp_path / "fresh.csv", index=False)
+    new = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", f"test_csv={tmp_path / 'fresh.csv'}",
+                                   "trainer.enable_progress_bar=false"], tmp_path / "new", "evaluate"))
+    assert new["data"]["test_rows"] == 20 and new["model"]["rating"]["spearman"] > 0.5 and not new["baselines"]
+
+
+def test_multirun_over_folds_records_a_failing_job_and_builds_sweep_tables(run, tmp_path):
+    _, _, root = run
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", *_overrides(root, "trainer.max_epochs=3", "logger=none"),
+               "data.cv_fold=0,7", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "folds grouped by author" in done.stdout and "TF-IDF + ridge" in done.stdout
-    metrics = pd.read_csv(tmp_path / "run" / "fold_metrics.csv")
-    model = metrics[metrics.row == "text_regressor"]
-    assert len(model) == 3 and model.spearman.mean() > 0.5
+    failure = json.loads((sweep / "failures" / "1.json").read_text())
+    assert "data.cv_fold=7" in failure["overrides"] and "cv_fold=7 outside 0..2" in failure["error"]
+    assert (sweep / "0" / "test_metrics.json").exists()
+    tables = subprocess.run([sys.executable, "evaluate.py", f"sweep_dir={sweep}", "tables.plots=false",
+                             f"hydra.run.dir={tmp_path / 'tables'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                            timeout=200)
+    assert tables.returncode == 0, tables.stderr[-3000:]
+    table = (tmp_path / "tables" / "paper_table_rating.md").read_text()
+    assert "TextRegressor" in table and "TF-IDF + ridge" in table and "training mean" in table
+
+
+def test_optuna_searches_a_text_model_on_a_validation_metric(run, tmp_path):
+    _, _, root = run
+    sweep = tmp_path / "optuna"
+    command = [sys.executable, "train.py", *_overrides(root, "trainer.max_epochs=2", "logger=none"),
+               "hparams_search=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.sampler.n_startup_trials=2",
+               f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    best = (sweep / "optimization_results.yaml").read_text()
+    assert "best_value" in best and "model.optimizer.lr" in best
 
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -113,8 +143,8 @@ def test_scoring_page_in_headless_chromium(run, tmp_path):
 
     from src.text.serve import make_server
 
-    results, _ = run
-    scorer = TextScorer.load(results["model_path"])
+    results, _, _ = run
+    scorer = TextScorer.load(results["best_checkpoint"])
     flags = tmp_path / "flagged.csv"
     server = make_server(scorer, "127.0.0.1", 0, flags)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -151,26 +181,48 @@ def test_scoring_page_in_headless_chromium(run, tmp_path):
 def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):
     import torch
 
-    from src.text.datamodule import TextDataModule
-    from src.text.encoder import TextEncoder
-    from src.text.pipeline import fit_module
-    from src.text.scorer import save_bundle
+    from src.pipeline import train
+    from src.utils.compose import compose_config
 
-    table = make_text_table(8, 2, seed=3)
-    dm = TextDataModule(None, ["text"], ["emotional"], "writer", n_folds=2, batch_size=8, val_fraction=0.25, table=table)
-    dm.use_fold(None)
-    encoder = TextEncoder(trainable_layers=1, max_length=32)
-    assert dm.embedder is None and not encoder.frozen
-    before = {k: v.clone() for k, v in encoder.model.state_dict().items()}
-    settings = {"encoder": {"trainable_layers": 1, "max_length": 32}, "max_epochs": 2}
-    module = fit_module(settings, dm, encoder, {"accelerator": "cpu"}, seed=0)
-    after = encoder.model.state_dict()
-    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    make_text_table(8, 3, seed=3).to_csv(tmp_path / "table.csv", index=False)
+    cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={tmp_path / 'table.csv'}",
+                          "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
+                          "data.cv_folds=2", "data.batch_size=8", "data.val_fraction=0.25",
+                          "model.net.encoder.trainable_layers=1", "model.net.encoder.max_length=32",
+                          "model.net.encoder.cache_dir=null", "model.baselines.enabled=false", "trainer.max_epochs=2",
+                          "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
+    results = train(cfg)
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    scorer = TextScorer.load(results["best_checkpoint"])
+    pretrained = type(scorer.module.net.encoder)(max_length=32).model.state_dict()
+    tuned = scorer.module.net.encoder.model.state_dict()
+    changed = {k for k in pretrained if not torch.equal(pretrained[k], tuned[k])}
     assert changed and all(k.startswith("encoder.layer.5.") for k in changed)  # MiniLM-L6: the top layer only
-    path = save_bundle(tmp_path / "model.pt", module, settings, dm.persona)
-    scorer = TextScorer.load(path)
+    assert any(k.startswith("net.encoder.model.encoder.layer.5.") for k in checkpoint["state_dict"])
     texts = ["I am so sorry. The bus was late.", "It rained all day."]
-    module.eval()  # no dropout
-    expected = module.predict_scores({"texts": {"text": texts}, "persona_ids": torch.zeros(2, 0, dtype=torch.long),
-                                      "persona_numeric": torch.zeros(2, 0)})
-    assert np.allclose(scorer.score({"text": texts})["emotional"], expected[:, 0].detach().numpy(), atol=1e-5)
+    batch = {"texts": {"text": texts}, "persona_ids": torch.zeros(2, 0, dtype=torch.long),
+             "persona_numeric": torch.zeros(2, 0)}
+    with torch.no_grad():
+        expected = scorer.module(batch)[:, 0].numpy()
+    assert np.allclose(scorer.score({"text": texts})["emotional"], expected, atol=1e-5)
+
+
+def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(run, tmp_path):
+    import torch
+
+    from src.pipeline import train
+    from src.utils.compose import compose_config
+
+    _, _, root = run
+    cfg = compose_config(_overrides(root, "trainer.max_epochs=8", "logger=none", "model.baselines.enabled=false",
+                                    "model.net.branch={_target_:src.text.branches.TfidfBranch,n_components:16,min_df:1}"),
+                         tmp_path / "out")
+    results = train(cfg)
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    assert "net.branch._extra_state" in checkpoint["state_dict"]
+    scorer = TextScorer.load(results["best_checkpoint"])
+    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 384 + 16 + 16
+    texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
+    scores = scorer.score({"text": texts})
+    assert scores["emotional"][0] > scores["emotional"][1] + 0.5
+    assert json.loads((tmp_path / "out" / "test_metrics.json").read_text())["model"]["rating"]["spearman"] > 0.5

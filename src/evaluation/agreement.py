@@ -1,5 +1,5 @@
 """Rater agreement between two sets of ratings of the same items (human vs model, model A vs B),
-as in seed 000 (Roshanaei et al.), section 3.2 and Tables 1-4: RMSE, mean difference, Wasserstein
+as in "Talk, Listen, Connect" (Roshanaei, Rezapour and Seif El-Nasr), section 3.2 and Tables 1-4: RMSE, mean difference, Wasserstein
 distance, paired and Welch t-tests, and a multilevel model with a random intercept per item for
 nested data (several raters per story).
 
@@ -28,7 +28,7 @@ COLUMNS = {"n": "n", "mean_a": "Mean A", "std_a": "Std A", "mean_b": "Mean B", "
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    """Agreement of paired ratings: mean diff is mean(a - b) (seed 000: human minus model)."""
+    """Agreement of paired ratings: mean diff is mean(a - b) ("Talk, Listen, Connect": human minus model)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"a and b must be 1-D and paired, got shapes {a.shape} and {b.shape}")
@@ -79,7 +79,7 @@ def mixed_model(a: np.ndarray, b: np.ndarray, items: np.ndarray) -> dict[str, fl
 
 
 def agreement_table(frame: pd.DataFrame, pairs: dict[str, tuple[str, str]], item: str | None = None) -> pd.DataFrame:
-    """One row per labelled pair of columns (seed 000's Table 1 layout, plus tests and the MixedLM)."""
+    """One row per labelled pair of columns ("Talk, Listen, Connect" Table 1 layout, plus tests and the MixedLM)."""
     needed = {c for pair in pairs.values() for c in pair} | ({item} if item else set())
     missing = sorted(needed - set(frame.columns))
     if missing:
@@ -100,7 +100,7 @@ def agreement_table(frame: pd.DataFrame, pairs: dict[str, tuple[str, str]], item
 
 
 def to_markdown(table: pd.DataFrame, decimals: int = 3) -> str:
-    """Markdown with seed 000's columns first (RMSE, Mean diff, Wasserstein dist), then the tests."""
+    """Markdown with the "Talk, Listen, Connect" columns first (RMSE, Mean diff, Wasserstein dist), then the tests."""
     shown = [c for c in COLUMNS if c in table.columns]
     lines = ["| | " + " | ".join(COLUMNS[c] for c in shown) + " |", "|---" * (len(shown) + 1) + "|"]
     for _, row in table.iterrows():
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         (args.out / "agreement.md").write_text(markdown + "\n")
         table.to_csv(args.out / "agreement.csv", index=False)
         frame = pd.read_csv(args.csv)
-        for label, (col_a, col_b) in dict(args.pair).items():  # seed 000's Figure 2: the two distributions
+        for label, (col_a, col_b) in dict(args.pair).items():  # "Talk, Listen, Connect" Figure 2: the two distributions
             keep = frame[col_a].notna() & frame[col_b].notna()
             fig = rating_distributions(frame.loc[keep, col_a], frame.loc[keep, col_b], (col_a, col_b),
                                        title=f"{label}: {col_a} vs {col_b}")

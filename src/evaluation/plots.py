@@ -40,7 +40,7 @@ def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Pr
 
 def rating_distributions(first: np.ndarray, second: np.ndarray, labels: tuple[str, str] = ("self-rated", "predicted"),
                          title: str = "Distribution of empathy ratings") -> Figure:
-    """Overlaid histograms of two sets of 1-5 ratings with their mean and std (like seed 000's Figure 2)."""
+    """Overlaid histograms of two sets of 1-5 ratings with their mean and std (like Figure 2 of "Talk, Listen, Connect", Roshanaei, Rezapour and Seif El-Nasr)."""
     fig, ax = plt.subplots(figsize=(6, 4))
     bins = np.arange(0.875, 5.2, 0.25)  # 0.25 wide, centred on the integer ratings
     for values, label, color in zip((first, second), labels, ("tab:blue", "tab:orange")):

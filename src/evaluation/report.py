@@ -14,15 +14,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from src.datamodules.window_dataset import target_to_rating
+from src.utils import PROJECT_ROOT
 from src.evaluation.participants import bootstrap_ci, per_participant
 from src.evaluation.plots import log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure
 from src.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
 
 log = logging.getLogger(__name__)
-DEFAULTS = {"threshold": "fixed", "bootstrap": 1000, "confidence": 0.95, "bootstrap_seed": 0, "plots": True}
+DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "evaluation" / "default.yaml").read_text())
 THRESHOLD_MODES = ("fixed", "validation")
 
 

@@ -35,16 +35,19 @@ def collect_runs(sweep_dir: Path | str) -> pd.DataFrame:
             log.warning("%s has no .hydra/config.yaml; left out", job)
             continue
         cfg = OmegaConf.load(config_file)
-        results = json.loads(metrics_file.read_text())["model"]
+        summary = json.loads(metrics_file.read_text())
         data = cfg.get("data", {})
-        for level in LEVELS:
-            if level not in results:
-                continue
-            rows.append({"run_dir": str(job), "model": model_display_name(cfg.model.net._target_),
-                         "modality": cfg.modality.short, "seed": cfg.get("seed"),
-                         "fold": data.get("cv_fold") if data.get("cv_folds") else None,
-                         "scenario": data.get("scenario", "story_share"), "level": level,
-                         **{m: results[level].get(m, float("nan")) for m in ALL_METRIC_NAMES}})
+        # the model, then the baselines a text run fits on the same fold (TF-IDF + ridge, ...)
+        models = {model_display_name(cfg.model.net._target_): summary["model"], **summary.get("baselines", {})}
+        for name, results in models.items():
+            for level in LEVELS:
+                if level not in results:
+                    continue
+                rows.append({"run_dir": str(job), "model": name, "baseline": name in summary.get("baselines", {}),
+                             "modality": cfg.modality.short, "seed": cfg.get("seed"),
+                             "fold": data.get("cv_fold") if data.get("cv_folds") else None,
+                             "scenario": data.get("scenario", data.get("name", "story_share")), "level": level,
+                             **{m: results[level].get(m, float("nan")) for m in ALL_METRIC_NAMES}})
     if not rows:
         raise FileNotFoundError(f"no finished runs (test_metrics.json with .hydra/config.yaml) under {sweep_dir}")
     return pd.DataFrame(rows)
@@ -106,8 +109,9 @@ def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
     if spread == "folds":  # K-fold CV: check every participant had exactly one test turn
         from src.evaluation.cross_validation import coverage, out_of_fold_predictions
 
-        coverage(runs).to_csv(out_dir / "cv_coverage.csv", index=False)
-        out_of_fold_predictions(runs).to_csv(out_dir / "cv_out_of_fold_predictions.csv", index=False)
+        own = runs[~runs["baseline"]]  # test_predictions.csv holds the job's model, not its baselines
+        coverage(own).to_csv(out_dir / "cv_coverage.csv", index=False)
+        out_of_fold_predictions(own).to_csv(out_dir / "cv_out_of_fold_predictions.csv", index=False)
     skipped = skipped_runs(sweep_dir)
     for entry in skipped:
         log.info("skipped cell: %s", entry.get("reason"))

@@ -1,6 +1,7 @@
 """The one LightningModule for every fusion model: net (encoders + fusion) -> Z -> head -> score.
 
-Training recipe defaults follow Appendix B: AdamW lr 1e-4, StepLR every 5 epochs by 0.1, MSE.
+Training recipe defaults follow Appendix B of Shen, Kim et al. 2024 (EmpathicStories++): AdamW lr
+1e-4, StepLR every 5 epochs by 0.1 (conf/optimizer/adamw.yaml, conf/scheduler/step_lr.yaml), MSE.
 Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`.
 Parameter-free baselines (`mean`, `story_similarity`) run through the same flow: a net may name
 the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
@@ -20,12 +21,16 @@ import hydra
 import lightning as L
 import torch
 import torch.nn.functional as F
+import yaml
 from torchmetrics import CatMetric
 
 from src.metrics import aggregate_by_rating, empathy_metrics, rating_threshold_to_target
 from src.models.components.heads import make_head
+from src.utils import PROJECT_ROOT
 
 STAGES = ("train", "val", "test")
+OPTIMIZER_DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "optimizer" / "adamw.yaml").read_text())
+SCHEDULER_DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "scheduler" / "step_lr.yaml").read_text())
 CHECKPOINT_KEY = "empathic_fusion"
 CHECKPOINT_FORMAT = 1
 
@@ -77,8 +82,10 @@ class EmpathyModule(L.LightningModule):
         if head != required:
             raise ValueError(f"{type(self.net).__name__} works only with head={required}, got head={head}")
         self.head = make_head(head, self.net.out_dim, int(input_dims["story"]))
-        self.optimizer_cfg = {"lr": 1e-4, "weight_decay": 0.01, **(optimizer or {})}
-        self.scheduler_cfg = {"step_size": 5, "gamma": 0.1, **(scheduler or {})}
+        # the defaults are conf/optimizer/adamw.yaml and conf/scheduler/step_lr.yaml (a checkpoint or
+        # caller giving only {"lr": ...} gets the rest from there)
+        self.optimizer_cfg = {**OPTIMIZER_DEFAULTS, **(optimizer or {})}
+        self.scheduler_cfg = {**SCHEDULER_DEFAULTS, **(scheduler or {})}
         self.threshold = rating_threshold_to_target(threshold_rating)
         self.collected = torch.nn.ModuleDict({
             f"{stage}_outputs": torch.nn.ModuleDict({k: CatMetric(nan_strategy="disable") for k in ("pred", "target", "rating")})
@@ -189,8 +196,8 @@ class EmpathyModule(L.LightningModule):
         params = [p for p in self.parameters() if p.requires_grad]
         if not params:  # parameter-free baseline: Lightning runs the epochs without an optimizer
             return None
-        optimizer = torch.optim.AdamW(params, lr=self.optimizer_cfg["lr"],
-                                      weight_decay=self.optimizer_cfg["weight_decay"])
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=int(self.scheduler_cfg["step_size"]),
-                                                    gamma=self.scheduler_cfg["gamma"])
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        optimizer = hydra.utils.instantiate(self.optimizer_cfg)(params)
+        scheduler_cfg = dict(self.scheduler_cfg)
+        interval = scheduler_cfg.pop("interval", "epoch")
+        scheduler = hydra.utils.instantiate(scheduler_cfg)(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}

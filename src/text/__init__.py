@@ -1,4 +1,5 @@
-"""Text empathy models (issue 6): a frozen or partly fine-tuned transformer encoder with one
-regression output per label, persona conditioning, turn-level levels, robustness perturbations,
-a scoring web page and an LLM-judge baseline. Entry: `python train.py data=text_csv model=text_regressor`.
+"""Text empathy models: a frozen or partly fine-tuned transformer encoder with one regression output
+per label, persona conditioning, optional extra branches (TF-IDF), turn-level levels, robustness
+perturbations and an LLM-judge evaluation. Trained on the one path of src/pipeline.py:
+`python train.py experiment=text_empathetic_exchanges` (or data=text_csv model=text_regressor modality=t).
 """

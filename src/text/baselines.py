@@ -38,6 +38,24 @@ def _tfidf(fields: dict[str, list[str]], fit_rows: np.ndarray, rows: list[np.nda
     return [hstack(b).tocsr() if b else None for b in blocks]
 
 
+def _pick_alpha(x_train, y_train: np.ndarray, x_val, y_val: np.ndarray) -> float:
+    """The RIDGE_ALPHAS value with the lowest validation MSE."""
+    errors = [np.mean((Ridge(alpha=a).fit(x_train, y_train).predict(x_val).reshape(len(y_val), -1) - y_val) ** 2)
+              for a in RIDGE_ALPHAS]
+    return RIDGE_ALPHAS[int(np.argmin(errors))]
+
+
+def embedding_ridge(embeddings: np.ndarray, targets: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,
+                    val_rows: np.ndarray | None = None) -> np.ndarray:
+    """Ridge on (frozen-encoder) embeddings; alpha picked on the validation rows, refitted on train + val."""
+    val_rows = np.asarray(val_rows if val_rows is not None else [], dtype=int)
+    alpha = _pick_alpha(embeddings[train_rows], targets[train_rows], embeddings[val_rows], targets[val_rows]) \
+        if len(val_rows) else 1.0
+    fit_rows = np.concatenate([train_rows, val_rows])
+    model = Ridge(alpha=alpha).fit(embeddings[fit_rows], targets[fit_rows])
+    return np.asarray(model.predict(embeddings[test_rows])).reshape(len(test_rows), -1)
+
+
 def tfidf_ridge(fields: dict[str, list[str]], targets: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,
                 alpha: float | None = None, val_rows: np.ndarray | None = None) -> np.ndarray:
     """TF-IDF of every field, stacked -> ridge, one output per label, fitted on train (+ val) rows.
@@ -48,9 +66,7 @@ def tfidf_ridge(fields: dict[str, list[str]], targets: np.ndarray, train_rows: n
         x_train, x_val = _tfidf(fields, train_rows, [train_rows, val_rows])
         if x_train is None:
             return train_mean(targets[train_rows], len(test_rows))
-        errors = [np.mean((Ridge(alpha=a).fit(x_train, targets[train_rows]).predict(x_val).reshape(len(val_rows), -1)
-                           - targets[val_rows]) ** 2) for a in RIDGE_ALPHAS]
-        alpha = RIDGE_ALPHAS[int(np.argmin(errors))]
+        alpha = _pick_alpha(x_train, targets[train_rows], x_val, targets[val_rows])
     fit_rows = np.concatenate([train_rows, val_rows])
     x_fit, x_test = _tfidf(fields, fit_rows, [fit_rows, test_rows])
     if x_fit is None:

@@ -5,7 +5,7 @@ One row is one scored text. Besides the text column(s) and label column(s) a tab
 - context columns (e.g. the speaker turn a listener answers), each encoded as its own field;
 - an order column: with `context_turns: k`, the text of the k preceding rows of the same group
   (ordered by it) becomes one more field, `previous_turns` (empty when there is none);
-- persona columns (seed 000: gender, empathic concern, ...): strings are categories, numbers are
+- persona columns ("Talk, Listen, Connect": gender, empathic concern, ...): strings are categories, numbers are
   standardised with training-fold statistics; missing values get their own category / 0.
 Rows with a missing label are an error (named by line); missing texts become "".
 """

@@ -1,6 +1,6 @@
-"""Transformer text encoder with mean pooling and, when frozen, a per-text embedding cache.
+"""Transformer text encoder with mean or CLS pooling and, when frozen, a per-text embedding cache.
 
-Frozen (seed 003): every text is encoded once; later epochs, folds and perturbation reports read the
+Frozen (the frozen-BERT recipe of Haleas, "Exploring the Empathy of Leading Large Language Models"): every text is encoded once; later epochs, folds and perturbation reports read the
 cache, so training a head over a frozen encoder costs nothing after the first pass. The cache can be
 persisted to a folder (one .npy per encoder identity) so benchmark reruns skip encoding entirely.
 Fine-tuned: the top `trainable_layers` transformer layers (and the pooler) get gradients; nothing
@@ -20,6 +20,9 @@ import src  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
 from src.features.text_sbert import resolve_model_path
 
 
+POOLINGS = ("mean", "cls")
+
+
 def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
@@ -28,7 +31,7 @@ class TextEncoder(nn.Module):
     """AutoModel + tokenizer from a local folder; `forward(texts)` gives mean-pooled embeddings."""
 
     def __init__(self, model_path: str | None = None, trainable_layers: int = 0, max_length: int = 128,
-                 batch_size: int = 64, cache_dir: str | None = None):
+                 batch_size: int = 64, cache_dir: str | None = None, pooling: str = "mean"):
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
 
@@ -37,13 +40,16 @@ class TextEncoder(nn.Module):
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.model = AutoModel.from_pretrained(str(path))
         self.max_length = max_length
+        if pooling not in POOLINGS:
+            raise ValueError(f"encoder pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.pooling = pooling
         self.batch_size = batch_size
         self.trainable_layers = int(trainable_layers)
         self.dim = int(self.model.config.hidden_size)
         self._set_trainable(self.trainable_layers)
         self._cache: dict[str, np.ndarray] = {}
         self.identity = self._identity(path)
-        self.cache_file = Path(cache_dir) / f"{self.identity}.npz" if cache_dir and self.frozen else None
+        self.cache_file = Path(cache_dir) / f"{self.cache_identity}.npz" if cache_dir and self.frozen else None
         self._disk_count = 0
         if self.cache_file is not None and self.cache_file.exists():
             stored = np.load(self.cache_file)
@@ -55,6 +61,12 @@ class TextEncoder(nn.Module):
         config = (path / "config.json").read_text() if (path / "config.json").exists() else str(path)
         weights = sorted(p.name + str(p.stat().st_size) for p in path.iterdir() if p.suffix in {".safetensors", ".bin"})
         return hashlib.sha1(json.dumps([config, weights]).encode()).hexdigest()[:16]
+
+    @property
+    def cache_identity(self) -> str:
+        """Cache files are per encoder and pooling (the max length changes embeddings of long texts too)."""
+        return self.identity if (self.pooling, self.max_length) == ("mean", 128) else \
+            f"{self.identity}-{self.pooling}-{self.max_length}"
 
     @property
     def frozen(self) -> bool:
@@ -75,11 +87,14 @@ class TextEncoder(nn.Module):
                 p.requires_grad = True
 
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        """Mean pooling over non-padding tokens (the sentence-transformers recipe for MiniLM)."""
+        """Mean pooling over non-padding tokens (the sentence-transformers recipe for MiniLM) or the
+        first token's state (`cls`, the bge recipe)."""
         device = next(self.model.parameters()).device
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         batch = {k: v.to(device) for k, v in batch.items()}
         hidden = self.model(**batch).last_hidden_state
+        if self.pooling == "cls":
+            return hidden[:, 0]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 

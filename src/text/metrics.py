@@ -1,6 +1,6 @@
 """Metrics for text scores: correlation, error and, on integer scales, level agreement.
 
-Levels (seed 001, Sense-7): a continuous prediction becomes a level by rounding and clipping to the
+Levels (the Sense-7 dataset paper: per-turn empathy on 5 levels): a continuous prediction becomes a level by rounding and clipping to the
 scale; accuracy, macro-F1 (over the scale's levels) and quadratic weighted kappa compare levels.
 A constant prediction has no correlation: it is reported as 0 (the project's convention).
 """

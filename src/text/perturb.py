@@ -1,4 +1,4 @@
-"""The seven adversarial text perturbations of seed 003 (section 4.2.1) as deterministic transforms.
+"""The seven adversarial text perturbations of Haleas, "Exploring the Empathy of Leading Large Language Models" (section 4.2.1), as deterministic transforms.
 
 Every transform is `f(text, level, seed) -> text`; the same (text, level, seed) always gives the
 same output (the random stream is seeded by the seed and a CRC of the text). `level` in (0, 1] is

@@ -1,6 +1,10 @@
-"""What `python train.py data=<text table> model=text_regressor` runs: grouped K-fold CV of the text
-model next to majority-class, training-mean and TF-IDF + ridge baselines, then (optionally) a final
-model on every row, saved as model.pt, with its robustness report.
+"""The text side of src/pipeline.py's one `train()` / `evaluate()`: build a text run from config,
+and report its test fold in the fusion format (so `evaluate.py sweep_dir=` builds the same tables).
+
+A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
+experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all. Every fold's report
+scores the model next to the baselines the project always reports, fitted on the same training
+rows: TF-IDF + ridge, ridge on the frozen encoder's embeddings and the training mean.
 """
 from __future__ import annotations
 
@@ -10,169 +14,186 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import lightning as L
 import numpy as np
 import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from src.metrics import METRIC_NAMES, PAPER_SYMBOLS, metric_values
 from src.text import baselines
+from src.text.data import PersonaEncoder
 from src.text.datamodule import TextDataModule
 from src.text.encoder import TextEncoder
-from src.text.metrics import format_fold_table, summarize_folds, text_metrics
-from src.text.model import OVERALL, TextRegressorModule
-from src.text.scorer import TextScorer, build_module, save_bundle
+from src.text.metrics import SYMBOLS, text_metrics
+from src.text.model import OVERALL, TextEmpathyModule
 
 log = logging.getLogger(__name__)
+TEXT_EXTRA_METRICS = ("macro_f1", "qwk")  # on integer levels; the fusion names come from src.metrics
+REPORT_METRICS = METRIC_NAMES + TEXT_EXTRA_METRICS
+
+
+def is_text_config(data_cfg: dict | DictConfig) -> bool:
+    """A data config whose datamodule is the text table one."""
+    target = str((data_cfg or {}).get("_target_", ""))
+    return target.endswith("TextDataModule")
 
 
 def build_text_datamodule(data_cfg: dict) -> TextDataModule:
     return hydra.utils.instantiate(data_cfg, _convert_="all")
 
 
-def _outputs(label_names: list[str], pred: np.ndarray, target: np.ndarray,
-             levels: tuple[int, int] | None) -> dict[str, dict[str, float]]:
-    out = {name: text_metrics(pred[:, j], target[:, j], levels) for j, name in enumerate(label_names)}
-    if len(label_names) > 1:
-        out[OVERALL] = text_metrics(pred.mean(1), target.mean(1), levels)
-    return out
-
-
-def fit_module(settings: dict, dm: TextDataModule, encoder: TextEncoder, trainer_cfg: dict, seed: int,
-               use_persona: bool | None = None) -> TextRegressorModule:
-    """Train one module on the datamodule's current fold; the best validation epoch's weights are kept."""
-    L.seed_everything(seed, workers=True)
-    settings = dict(settings) if use_persona is None else {**settings, "use_persona": use_persona}
-    module = build_module(settings, dm.spec.label_columns, dm.spec.fields, dm.persona, dm.target_mean,
-                          dm.target_std, dm.levels, encoder)
-    trainer = L.Trainer(**{**trainer_cfg, "max_epochs": settings.get("max_epochs", 30), "logger": False,
-                           "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
-                           "num_sanity_val_steps": 0})
-    threads = torch.get_num_threads()
-    if encoder.frozen:  # only a small MLP trains: intra-op threads cost more (start, sync) than they bring
-        torch.set_num_threads(1)
-    try:
-        trainer.fit(module, train_dataloaders=dm.train_dataloader(),
-                    val_dataloaders=dm.val_dataloader() if len(dm.val_rows) else None)
-    finally:
-        torch.set_num_threads(threads)
-    module.restore_best()
+def build_text_module(cfg: DictConfig, datamodule: TextDataModule) -> TextEmpathyModule:
+    """The model from `cfg.model` (`net`, `optimizer`, `scheduler`, ...) and the fold's fitted data state;
+    a frozen encoder is attached to the datamodule, which then serves cached embeddings."""
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    run_config = {"data": OmegaConf.to_container(cfg.data, resolve=True), "model": model_cfg}
+    module = TextEmpathyModule(net=model_cfg["net"], data_info=datamodule.fitted_state(),
+                               optimizer=model_cfg["optimizer"], scheduler=model_cfg.get("scheduler"),
+                               encoder_lr=model_cfg.get("encoder_lr", 2.0e-5), use_persona=model_cfg.get("use_persona", True),
+                               run_config=run_config)
+    attach_encoder(module, datamodule)
     return module
 
 
-def predict(module: TextRegressorModule, dm: TextDataModule, rows: np.ndarray) -> np.ndarray:
-    module.eval()
-    preds = []
-    with torch.no_grad():
-        for start in range(0, len(rows), 256):
-            preds.append(module.predict_scores(dm.collate(list(rows[start:start + 256]))).cpu().numpy())
-    module.train()
-    return np.concatenate(preds) if preds else np.zeros((0, len(dm.spec.label_columns)), dtype=np.float32)
+def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> None:
+    """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set)."""
+    encoder = module.frozen_encoder
+    datamodule.embedder = encoder
+    if encoder is not None:
+        encoder.warm(datamodule.all_texts())
+        encoder.save_cache()
 
 
-def _trainer_kwargs(cfg: DictConfig) -> dict:
-    """The accelerator settings of the trainer group on one device (a fold's head trains in seconds);
-    epochs, logging and checkpoints are the text pipeline's."""
-    trainer = OmegaConf.to_container(cfg.trainer, resolve=True) if "trainer" in cfg else {}
-    keep = ("accelerator", "precision", "deterministic", "gradient_clip_val")
-    return {**{k: trainer[k] for k in keep if k in trainer}, "devices": 1}
+def _rating_metrics(pred: np.ndarray, target: np.ndarray, threshold: float, levels: tuple | None) -> dict[str, float]:
+    """The fusion metrics (Acc/F1: above `threshold` counts as empathized) plus level macro-F1 and QWK."""
+    values = metric_values(np.asarray(pred, dtype=float), np.asarray(target, dtype=float), threshold)
+    extra = text_metrics(pred, target, levels)
+    return {**values, **{m: extra[m] for m in TEXT_EXTRA_METRICS}}
 
 
-def cross_validate(cfg: DictConfig, dm: TextDataModule, encoder: TextEncoder) -> tuple[dict, pd.DataFrame, list[dict]]:
-    """Per fold: the model (and, with persona columns and persona_ablation, the model without persona)
-    and the baselines; returns the summary per row and output, out-of-fold predictions, per-fold metrics."""
-    settings = OmegaConf.to_container(cfg.model, resolve=True)
-    names = list(dm.spec.label_columns)
-    title = settings.get("name", "text_regressor")
-    per_fold: list[dict] = []
-    predictions = []
-    for k in dm.fold_ids:
-        dm.use_fold(k)
-        train_all = np.concatenate([dm.train_rows, dm.val_rows])
-        test, targets = dm.test_rows, dm.targets[dm.test_rows]
-        rows = {title: predict(fit_module(settings, dm, encoder, _trainer_kwargs(cfg), cfg.seed + k), dm, test)}
-        if settings.get("persona_ablation") and dm.spec.persona_columns and settings.get("use_persona", True):
-            rows[f"{title} without persona"] = predict(
-                fit_module(settings, dm, encoder, _trainer_kwargs(cfg), cfg.seed + k, use_persona=False), dm, test)
-        alpha = settings.get("ridge_alpha")
-        rows["TF-IDF + ridge"] = baselines.tfidf_ridge(dm.fields, dm.targets, dm.train_rows, test, alpha, dm.val_rows)
-        if len(dm.fields) > 1:  # the scored text alone: extra fields can hurt a bag of words
-            first = dm.spec.fields[0]
-            rows["TF-IDF + ridge (text only)"] = baselines.tfidf_ridge({first: dm.fields[first]}, dm.targets,
-                                                                       dm.train_rows, test, alpha, dm.val_rows)
-        rows["training mean"] = baselines.train_mean(dm.targets[train_all], len(test))
-        rows["majority class"] = baselines.majority_class(dm.targets[train_all], len(test))
-        for row, pred in rows.items():
-            for output, values in _outputs(names, pred, targets, dm.levels).items():
-                per_fold.append({"fold": k, "row": row, "output": output, **values})
-        frame = pd.DataFrame({"row_index": test, "fold": k})
-        for j, name in enumerate(names):
-            frame[f"{name}_true"] = targets[:, j]
-            frame[f"{name}_pred"] = rows[title][:, j]
-        predictions.append(frame)
-        log.info("fold %d rho (%s): %s", k, names[0],
-                 {r: round(text_metrics(p[:, 0], targets[:, 0], dm.levels)["spearman"], 3) for r, p in rows.items()})
-        if encoder.frozen:
-            encoder.save_cache()
-    folds = pd.DataFrame(per_fold)
-    summary: dict[str, dict[str, dict]] = {}
-    metric_names = [c for c in folds.columns if c not in ("fold", "row", "output")]
-    for (output, row), group in folds.groupby(["output", "row"], sort=False):
-        summary.setdefault(output, {})[row] = summarize_folds(group[metric_names].to_dict("records"))
-    return summary, pd.concat(predictions, ignore_index=True), per_fold
+def _markdown(rows: dict[str, dict[str, float]]) -> str:
+    """One row per model / baseline: the paper's five metrics, then macro-F1 and QWK on levels."""
+    symbols = {**PAPER_SYMBOLS, **SYMBOLS}
+    header = "| | " + " | ".join(symbols[m] for m in REPORT_METRICS) + " |"
+    lines = [header, "|---" * (len(REPORT_METRICS) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(f"{values[m]:.3f}" for m in REPORT_METRICS) + " |" for name, values in rows.items()]
+    return "\n".join(lines)
 
 
-def train_text(cfg: DictConfig) -> dict[str, Any]:
-    """Grouped K-fold CV with baselines, then the final model, model.pt and the robustness report."""
-    out_dir = Path(cfg.paths.output_dir)
+def baseline_predictions(datamodule: TextDataModule, encoder: TextEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
+    """The reported baselines on the test rows, fitted on this fold's training (+ validation) rows."""
+    dm = datamodule
+    test, train, val = dm.test_rows, dm.train_rows, dm.val_rows
+    rows = {"TF-IDF + ridge": baselines.tfidf_ridge(dm.fields, dm.targets, train, test, alpha, val)}
+    if encoder is not None:
+        embeddings = torch.cat([encoder(dm.fields[f]) for f in dm.spec.fields], dim=-1).float().cpu().numpy()
+        rows["ridge on frozen embeddings"] = baselines.embedding_ridge(embeddings, dm.targets, train, test, val)
+    rows["training mean"] = baselines.train_mean(dm.targets[np.concatenate([train, val])], len(test))
+    return rows
+
+
+def frozen_twin(module: TextEmpathyModule) -> TextEncoder:
+    """The frozen encoder (for the embedding baseline): the module's own, or the fine-tuned one's
+    pretrained weights loaded afresh."""
+    if module.frozen_encoder is not None:
+        return module.frozen_encoder
+    enc = dict(module.hparams.net["encoder"])
+    enc.pop("_target_", None)
+    return TextEncoder(**{**enc, "trainable_layers": 0})
+
+
+def report_text_test(module: TextEmpathyModule, datamodule: TextDataModule, out_dir: Path, title: str,
+                     loggers: list | tuple = (), threshold_rating: float = 3.0,
+                     baselines_cfg: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Print and write the test fold's metrics, model and baselines, in the fusion format:
+    `test_metrics.json` ({"model": {"rating": ...}, "baselines": {name: {"rating": ...}}, per-label
+    rows under "outputs"), `test_metrics.md/.csv` and `test_predictions.csv` (group as participant_id,
+    so the CV coverage check of sweep tables applies). Loggers get the numbers, never the texts."""
+    predictions = module.test_predictions
+    if not predictions:
+        raise RuntimeError("no test predictions: run trainer.test first (and give the datamodule test rows)")
+    dm = datamodule
+    order = np.argsort(predictions["row"])
+    rows_idx = predictions["row"][order]
+    if not np.array_equal(rows_idx, np.sort(dm.test_rows)):
+        raise RuntimeError(f"test predictions cover {len(rows_idx)} rows, the fold has {len(dm.test_rows)}")
+    pred, target = predictions["pred"][order], predictions["target"][order]
+    dm.test_rows = rows_idx
+    baselines_cfg = baselines_cfg or {}
+    compare = {}
+    if baselines_cfg.get("enabled", True) and len(dm.train_rows):
+        encoder = frozen_twin(module) if baselines_cfg.get("embedding_ridge", True) else None
+        compare = baseline_predictions(dm, encoder, baselines_cfg.get("ridge_alpha"))
+    names = module.label_names
+    outputs = {name: {title: pred[:, j], **{b: p[:, j] for b, p in compare.items()}} for j, name in enumerate(names)}
+    if len(names) > 1:
+        outputs[OVERALL] = {title: pred.mean(1), **{b: p.mean(1) for b, p in compare.items()}}
+    overall_target = target.mean(1)
+    levels = module.levels
+    per_output = {name: {row: _rating_metrics(p, target.mean(1) if name == OVERALL else target[:, names.index(name)],
+                                              threshold_rating, levels) for row, p in rows.items()}
+                  for name, rows in outputs.items()}
+    main = OVERALL if len(names) > 1 else names[0]
+    results = {"rating": per_output[main][title]}
+    baseline_results = {b: {"rating": per_output[main][b]} for b in compare}
+    table = _markdown(per_output[main])
+    print(f"\nTest metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(rows_idx)} rows, {main}; "
+          f"Acc/F1: above {threshold_rating:g} counts as empathized):\n{table}\n")
     out_dir.mkdir(parents=True, exist_ok=True)
-    dm = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
-    dm.setup()
-    log.info("text data: %s", dm.describe())
-    if cfg.model.get("name") == "llm_judge":
-        from src.text.llm_judge import evaluate_judge
+    summary = {"model": results, "baselines": baseline_results,
+               "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
+               "data": dm.describe()}
+    (out_dir / "test_metrics.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "test_metrics.md").write_text(table + "\n")
+    pd.DataFrame([{"row": row, **values} for row, values in per_output[main].items()]).to_csv(
+        out_dir / "test_metrics.csv", index=False)
+    frame = pd.DataFrame({"row_index": rows_idx, "participant_id": dm.groups(rows_idx), "fold": dm.fold,
+                          "target": overall_target, "prediction": pred.mean(1)})
+    for j, name in enumerate(names):
+        frame[f"{name}_true"], frame[f"{name}_pred"] = target[:, j], pred[:, j]
+    frame.to_csv(out_dir / "test_predictions.csv", index=False)
+    flat = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
+            for m, v in res["rating"].items()}
+    for logger in loggers:
+        logger.log_metrics(flat)
+    return summary
 
-        return evaluate_judge(cfg, dm, out_dir)
-    enc = cfg.model.encoder
-    encoder = TextEncoder(enc.get("model_path"), enc.get("trainable_layers", 0), enc.get("max_length", 128),
-                          enc.get("batch_size", 64), enc.get("cache_dir"))
-    if encoder.frozen:
-        encoder.warm(dm.all_texts())
-        encoder.save_cache()
-        dm.embedder = encoder
-    results: dict[str, Any] = {"data": dm.describe()}
-    if cfg.get("train", True) and cfg.get("test", True):
-        summary, predictions, per_fold = cross_validate(cfg, dm, encoder)
-        tables = []
-        for output, rows in summary.items():
-            tables.append(f"### {output} ({dm.n_folds}-fold grouped CV, mean ± std over folds)\n\n{format_fold_table(rows)}\n")
-        report = "\n".join(tables)
-        print(f"\nText model vs baselines on {dm.name} ({len(dm.table)} rows, folds grouped by "
-              f"{dm.spec.group_column or 'row'}):\n\n{report}")
-        (out_dir / "text_metrics.md").write_text(report)
-        (out_dir / "text_metrics.json").write_text(json.dumps({"summary": summary, "data": dm.describe()}, indent=1))
-        pd.DataFrame(per_fold).to_csv(out_dir / "fold_metrics.csv", index=False)
-        predictions.to_csv(out_dir / "oof_predictions.csv", index=False)
-        results["cv"] = summary
-    if cfg.model.get("final_fit", True) and cfg.get("train", True):
-        dm.use_fold(None)
-        settings = OmegaConf.to_container(cfg.model, resolve=True)
-        module = fit_module(settings, dm, encoder, _trainer_kwargs(cfg), cfg.seed)
-        bundle = save_bundle(out_dir / "model.pt", module, settings, dm.persona)
-        results["model_path"] = str(bundle)
-        print(f"final model (all rows): {bundle}")
-        robust = cfg.model.get("robustness") or {}
-        if robust.get("n_texts", 0):
-            from src.text.robustness import robustness_table, write_report
 
-            pick = np.sort(np.random.default_rng(cfg.seed).permutation(len(dm.table))[:robust["n_texts"]])
-            fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
-            table = robustness_table(TextScorer(module, dm.persona, encoder), fields[dm.spec.fields[0]],
-                                     tuple(robust.get("levels", (0.1, 0.3, 0.6))), cfg.seed, context=fields,
-                                     persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
-            paths = write_report(table, out_dir, robust.get("report_level", 0.3))
-            print(paths["md"].read_text())
-            results["robustness"] = str(paths["md"])
-    if encoder.frozen:
-        encoder.save_cache()
-    return results
+def robustness_report(checkpoint: str | Path, datamodule: TextDataModule, settings: dict[str, Any], seed: int,
+                      out_dir: Path) -> Path | None:
+    """The perturbation report of a saved checkpoint on (up to n_texts of) the test fold's texts."""
+    n_texts = int((settings or {}).get("n_texts", 0) or 0)
+    if not n_texts or not len(datamodule.test_rows) or not checkpoint:
+        return None
+    from src.text.robustness import robustness_table, write_report
+    from src.text.scorer import TextScorer
+
+    dm = datamodule
+    scorer = TextScorer.load(checkpoint)
+    pick = np.sort(np.random.default_rng(seed).permutation(dm.test_rows)[:n_texts])
+    fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
+    table = robustness_table(scorer, fields[dm.spec.fields[0]], tuple(settings.get("levels", (0.1, 0.3, 0.6))), seed,
+                             context=fields, persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
+    paths = write_report(table, out_dir, settings.get("report_level", 0.3))
+    print(paths["md"].read_text())
+    return paths["md"]
+
+
+def load_text_checkpoint(path: str | Path, data_overrides: dict[str, Any], test_csv: str | None = None
+                         ) -> tuple[TextEmpathyModule, TextDataModule]:
+    """A text checkpoint and the datamodule to score it on: its own test fold, or every row of
+    `test_csv` (same column names) with the checkpoint's persona vocabulary and target scaling."""
+    module = TextEmpathyModule.load_from_checkpoint(path, map_location="cpu", weights_only=False)
+    data_cfg = {**module.hparams.run_config["data"], **(data_overrides or {})}
+    if test_csv:
+        data_cfg.update(path=str(test_csv), test_all=True, cv_fold=None, max_rows=None)
+    dm = build_text_datamodule(data_cfg)
+    dm.setup("test")
+    info = module.hparams.data_info  # the checkpoint's persona vocabulary and scaling, never refitted
+    dm.apply_fitted(PersonaEncoder.from_state(info["persona"]), np.asarray(info["target_mean"]),
+                    np.asarray(info["target_std"]))
+    missing = [f for f in info["fields"] if f not in dm.fields]
+    if missing:
+        raise ValueError(f"{path}: the model reads fields {info['fields']}, the data has {list(dm.fields)}")
+    attach_encoder(module, dm)
+    return module, dm

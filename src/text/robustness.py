@@ -1,4 +1,4 @@
-"""Robustness report (seed 003, section 4.2.1): how much each perturbation moves each output score.
+"""Robustness report (Haleas, "Exploring the Empathy of Leading Large Language Models", section 4.2.1): how much each perturbation moves each output score.
 
 For every perturbation (and, for the character-level ones, every graded noise level) the mean
 absolute and the mean signed change of every output over the given texts, as a table, a CSV and a

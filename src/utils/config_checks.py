@@ -57,7 +57,7 @@ RULES = (
     Rule("data.num_workers", "an integer >= 0", _integer(0)),
     Rule("data.extract_workers", "an integer >= 1", _integer(1)),
     Rule("data.cv_folds", "0 (no cross-validation) or an integer >= 2", lambda v: v == 0 or _integer(2)(v)),
-    Rule("data.cv_fold", "an integer >= 0", _integer(0)),
+    Rule("data.cv_fold", "an integer >= 0 (or null for a text run on every row)", _integer(0), optional=True),
     Rule("data.scenario", "story_share or reflection", lambda v: v in ("story_share", "reflection")),
     Rule("data.on_stale", "mask or error", lambda v: v in ("mask", "error")),
     Rule("model.threshold_rating", f"a rating within the scale {RATING_SCALE[0]:g}-{RATING_SCALE[1]:g}",
