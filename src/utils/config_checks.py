@@ -60,8 +60,6 @@ RULES = (
     Rule("data.cv_fold", "an integer >= 0 (or null for a text run on every row)", _integer(0), optional=True),
     Rule("data.scenario", "story_share or reflection", lambda v: v in ("story_share", "reflection")),
     Rule("data.on_stale", "mask or error", lambda v: v in ("mask", "error")),
-    Rule("model.threshold_rating", f"a rating within the scale {RATING_SCALE[0]:g}-{RATING_SCALE[1]:g}",
-         _between(*RATING_SCALE)),
     Rule("model.optimizer.lr", "a number > 0", _between(0, math.inf, low_open=True)),
     Rule("model.optimizer.weight_decay", "a number >= 0", _between(0, math.inf)),
     Rule("evaluation.threshold", "fixed or validation", lambda v: v in ("fixed", "validation")),
@@ -82,6 +80,11 @@ def check_config(cfg: DictConfig) -> None:
             continue
         if not rule.check(value):
             problems.append(f"{rule.key}={value}: must be {rule.allowed}")
+    threshold = OmegaConf.select(cfg, "model.threshold_rating")
+    levels = OmegaConf.select(cfg, "data.levels")  # a text table's own rating scale, e.g. [1, 7]
+    low, high = (float(levels[0]), float(levels[-1])) if levels else RATING_SCALE
+    if threshold is not None and not _between(low, high)(threshold):
+        problems.append(f"model.threshold_rating={threshold}: must be a rating within the scale {low:g}-{high:g}")
     cv_folds, cv_fold = OmegaConf.select(cfg, "data.cv_folds"), OmegaConf.select(cfg, "data.cv_fold")
     if isinstance(cv_folds, int) and cv_folds >= 2 and isinstance(cv_fold, int) and cv_fold >= cv_folds:
         problems.append(f"data.cv_fold={cv_fold}: must be in 0..{cv_folds - 1} (data.cv_folds={cv_folds})")
