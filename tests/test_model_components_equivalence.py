@@ -122,3 +122,15 @@ def test_matrix_product_masked_mean_equals_masking_and_summing():
     torch.testing.assert_close(ours, reference)
     assert (ours[0] == 0).all()  # no valid frame: zeros, not NaN
     torch.testing.assert_close(_grads(ours, [x])[0], _grads(reference, [x])[0])
+
+
+def test_lstm_runs_under_cpu_bf16_autocast():
+    """CPU bf16 autocast would send the unpacked LSTM to oneDNN, which fails without bf16
+    instructions; the encoder keeps the LSTM in float32 on the CPU."""
+    torch.manual_seed(0)
+    encoder = MaskedLSTMEncoder(5, 7)
+    mask, lengths = _masks()
+    x = torch.randn(len(mask), T, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = encoder(x, mask, lengths)
+    torch.testing.assert_close(out, encoder(x, mask, lengths))

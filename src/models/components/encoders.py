@@ -32,7 +32,14 @@ class MaskedLSTMEncoder(nn.Module):
         frames = x.shape[1]
         if x.device.type == "cpu" and (lengths > frames).any():  # on a GPU the gather itself fails
             raise ValueError(f"lengths up to {int(lengths.max())} exceed the window's {frames} frames")
-        output, _ = self.lstm(masked(x, mask))
+        frames_in = masked(x, mask)
+        if frames_in.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            # CPU bf16 autocast sends an unpacked LSTM to oneDNN, which fails on CPUs without bf16
+            # instructions: the LSTM stays in float32 there (GPUs run it in bf16 through cuDNN).
+            with torch.autocast("cpu", enabled=False):
+                output, _ = self.lstm(frames_in.float())
+        else:
+            output, _ = self.lstm(frames_in)
         last = (lengths.to(output.device).clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, output.shape[-1])
         return output.gather(1, last).squeeze(1)
 
