@@ -35,5 +35,5 @@ class MaskedBatchNorm(nn.Module):
         batch_stats = self.training and valid.numel() > 1
         normed = F.batch_norm(rows, self.running_mean, self.running_var, self.weight, self.bias,
                               training=batch_stats, momentum=self.momentum, eps=self.eps)
-        out = normed.new_zeros(x.shape[:-1].numel(), features).index_copy(0, valid, normed)
-        return out.view(x.shape)
+        out = normed.new_zeros(x.shape[:-1].numel(), features)
+        return out.index_copy_(0, valid, normed).view(x.shape)  # in place: no copy of the zeros
