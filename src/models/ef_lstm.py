@@ -28,8 +28,8 @@ class EFLSTM(nn.Module):
         self.out_dim = hidden_size
 
     def forward(self, batch: dict) -> torch.Tensor:
+        # each norm zeroes its modality's masked frames, so a frame no modality has is all zeros already
         frames = torch.cat([self.encoders[m](batch[m]["x"], batch[m]["mask"]) for m in self.modalities], dim=-1)
-        any_valid = torch.stack([batch[m]["mask"] for m in self.modalities]).any(dim=0)
         lengths = torch.stack([batch[m]["lengths"] for m in self.modalities]).amax(dim=0)
-        hidden = self.lstm(frames, any_valid, lengths)
+        hidden = self.lstm(frames, None, lengths)
         return self.dropout(torch.relu(self.linear(self.dropout(hidden))))

@@ -14,9 +14,12 @@ def tensor_fusion_size(dims: list[int]) -> int:
 def tensor_fusion(parts: list[torch.Tensor]) -> torch.Tensor:
     """TFN's fusion: append a constant 1 to each (B, d_i) embedding and take the outer product of
     all of them, flattened to (B, prod(d_i + 1)). The 1s keep every unimodal and every lower-order
-    interaction term inside the product. Works for one, two or three modalities."""
+    interaction term inside the product. Works for one, two or three modalities.
+
+    Each outer product is a batched matrix product of (B, n, 1) by (B, 1, d + 1): its backward is
+    two more products, where a broadcast multiply would reduce a (B, n, d + 1) temporary."""
     fused = None
     for part in parts:
         part = torch.cat([torch.ones_like(part[:, :1]), part], dim=1)
-        fused = part if fused is None else torch.einsum("bi,bj->bij", fused, part).flatten(1)
+        fused = part if fused is None else torch.bmm(fused.unsqueeze(2), part.unsqueeze(1)).flatten(1)
     return fused

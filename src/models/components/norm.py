@@ -8,12 +8,16 @@ frames without a face or speech neither shift the statistics nor receive a value
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-
-from src.models.components.encoders import masked
 
 
 class MaskedBatchNorm(nn.Module):
+    """BatchNorm1d over the valid frames only. The valid frames are gathered into one (n, F) matrix
+    and normalised by torch's own fused batch norm (statistics, running averages with the unbiased
+    variance, backward), then scattered back into zeros: 3-4x cheaper on CPU, forward + backward,
+    than masked element-wise statistics (benchmarks/models_vs_mmsa.py, EF-LSTM)."""
+
     def __init__(self, num_features: int, momentum: float = 0.1, eps: float = 1e-5):
         super().__init__()
         self.momentum, self.eps = momentum, eps
@@ -24,16 +28,12 @@ class MaskedBatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x (B, T, F) with mask (B, T) -> normalised x, zero where masked."""
-        x = masked(x, mask)
-        weight = mask.unsqueeze(-1).to(x.dtype)
-        n = weight.sum()
-        if self.training and n > 1:  # batch statistics over valid frames only
-            mean = x.sum(dim=(0, 1)) / n
-            var = ((x - mean) * weight).pow(2).sum(dim=(0, 1)) / n
-            with torch.no_grad():
-                self.running_mean.lerp_(mean, self.momentum)
-                self.running_var.lerp_(var * n / (n - 1), self.momentum)
-        else:  # evaluation, or too few valid frames to estimate a variance
-            mean, var = self.running_mean, self.running_var
-        normed = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
-        return normed * weight
+        features = x.shape[-1]
+        valid = mask.reshape(-1).nonzero().squeeze(1)
+        rows = x.reshape(-1, features).index_select(0, valid)
+        # batch statistics need two valid frames; with fewer (or in evaluation) the running ones are used
+        batch_stats = self.training and valid.numel() > 1
+        normed = F.batch_norm(rows, self.running_mean, self.running_var, self.weight, self.bias,
+                              training=batch_stats, momentum=self.momentum, eps=self.eps)
+        out = normed.new_zeros(x.shape[:-1].numel(), features)
+        return out.index_copy_(0, valid, normed).view(x.shape)  # in place: no copy of the zeros
