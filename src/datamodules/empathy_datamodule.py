@@ -224,12 +224,13 @@ class EmpathyDataModule(L.LightningDataModule):
         self.input_dims.update(story=int(story_embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
         traits = dataset.participants[list(TRAIT_COLUMNS)]
         if self.loader == "batched":
-            self.frames = FrameArrays(store, session_frames, self.branches, missing, speaking)
+            self.frames = FrameArrays(store, session_frames, self.branches, missing, speaking, self.stats,
+                                      self.branch_dims)
         for split in ("train", "val", "test"):
             if self.loader == "batched":
                 self.datasets[split] = WindowBatches(
                     self.frames, windows[windows.split == split], dataset.ratings, self.window_frames, session_frames,
-                    story_embeddings, story_rows, traits, self.stats, self.branch_dims)
+                    story_embeddings, story_rows, traits)
             else:
                 self.datasets[split] = WindowDataset(
                     store, windows[windows.split == split], dataset.ratings, self.modalities, self.window_frames,

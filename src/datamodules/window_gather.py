@@ -2,12 +2,15 @@
 
 `WindowDataset` builds each window in Python (a pandas row, NumPy slices, per-window z-scoring).
 Here every store branch of the selected modalities is read once (through `FeatureStore.load`, so its
-checks apply) and concatenated across sessions into one frame array, with one zero row at the end
-that every frame outside a session or of a missing branch points to. A window is then, per branch,
-an offset into that array and a count of in-session frames; a batch is one `index_select` per
-branch, z-scored with the training statistics and masked as tensor ops on the arrays' device.
-Windows overlap (120 frames, 1 s stride: about 8-fold), so the arrays cost about 1/8 of the
-materialised windows.
+checks apply) into one float32 frame array per modality, concatenated across sessions on the
+session's frame clock (`session_frames` rows each) with one zero row at the end for frames outside a
+session. z-scoring with the training statistics and masking depend only on the frame, so they are
+done once here (in float32, the reference's arithmetic) instead of once per window: a frame is zero
+where its branch has nothing or the modality's mask is 0 (no branch valid; audio: participant
+silent). A window is then an offset and a count of in-session frames; a batch is one `index_select`
+per modality (plus one per indexed branch, whose row tables are kept and whose per-frame index is
+set to -1 where the modality is masked). Windows overlap about 8-fold, so the arrays cost about 1/8
+of the materialised windows, in float32 twice the store's float16.
 
 Outputs are identical to `WindowDataset` (tests/test_window_gather.py): same keys, dtypes, values.
 `FrameArrays.place` puts the arrays on the training device when they fit its memory budget (batches
@@ -32,71 +35,113 @@ from src.features.store import FeatureStore
 log = logging.getLogger(__name__)
 
 
-class FrameArrays:
-    """Every session's frames of the selected branches, concatenated per branch (store dtypes kept).
+def _fit(array: np.ndarray, n: int, fill) -> np.ndarray:
+    """array cut or padded (with `fill`) to n rows."""
+    out = np.full((n,) + array.shape[1:], fill, dtype=array.dtype)
+    out[: min(n, len(array))] = array[:n]
+    return out
 
-    `offsets[branch][sid]` is the session's first row, `frames[branch][sid]` its row count; sessions
-    whose branch failed (`missing`) have neither. Indexed branches (a row table + a per-frame index)
-    keep their table, with each session's index shifted onto the concatenated table.
+
+class FrameArrays:
+    """Per modality: normalised, masked float32 frames of every session, concatenated (+ a zero row).
+
+    `offsets[sid]` is a session's first row; it has `session_frames[sid]` rows in every modality.
+    `pieces[modality]` lists the modality's columns in branch order: ("dense", key) for runs of dense
+    branches (one array), ("indexed", branch) for an indexed branch (`<branch>/index` shifted onto the
+    concatenated `<branch>/table`, -1 = nothing).
     """
 
     def __init__(self, store: FeatureStore, session_frames: dict[str, int], branches: dict[str, list[str]],
-                 missing: set, speaking: dict[str, np.ndarray] | None = None):
+                 missing: set, speaking: dict[str, np.ndarray],
+                 stats: dict[str, tuple[np.ndarray, np.ndarray]], branch_dims: dict[str, int]):
         self.branches = {m: list(b) for m, b in branches.items()}
-        self.tensors: dict[str, torch.Tensor] = {}  # "<branch>/<array>" -> (rows + 1, ...) with a zero last row
-        self.offsets: dict[str, dict[str, int]] = {}
-        self.frames: dict[str, dict[str, int]] = {}
+        self.offsets, row = {}, 0
+        for sid, n in session_frames.items():
+            self.offsets[sid] = row
+            row += int(n)
+        self.rows = row  # the padding row's position
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.pieces: dict[str, list[tuple[str, str]]] = {}
         for modality, names in self.branches.items():
+            self._modality(store, session_frames, modality, names, missing, speaking, stats.get(modality), branch_dims)
+
+    def _modality(self, store, session_frames, modality, names, missing, speaking, stats, branch_dims) -> None:
+        dense = [b for b in names if b not in INDEXED]
+        columns, column = {}, 0
+        for branch in names:
+            columns[branch] = (column, column + branch_dims[branch])
+            column += branch_dims[branch]
+        pieces, run = [], []
+        for branch in names:  # consecutive dense branches share one array
+            if branch in INDEXED:
+                if run:
+                    pieces.append(("dense", f"{modality}/{'+'.join(run)}"))
+                    run = []
+                pieces.append(("indexed", branch))
+            else:
+                run.append(branch)
+        if run:
+            pieces.append(("dense", f"{modality}/{'+'.join(run)}"))
+        self.pieces[modality] = pieces
+        arrays = {key: np.zeros((self.rows + 1, sum(branch_dims[b] for b in key.split("/", 1)[1].split("+"))),
+                                dtype=np.float32) for kind, key in pieces if kind == "dense"}
+        mask = np.zeros(self.rows + 1, dtype=bool)
+        indexed = {b: (np.full(self.rows + 1, -1, dtype=np.int64), []) for b in names if b in INDEXED}
+        table_rows = {b: 0 for b in indexed}
+        for sid, n in session_frames.items():
+            if (sid, modality) in missing:
+                continue
+            valid, rows = {}, {}
             for branch in names:
-                sessions = [s for s in session_frames
-                            if (s, modality) not in missing and (s, modality, branch) not in missing]
-                self._concatenate(store, branch, sessions)
-        if speaking is not None and "audio" in self.branches:
-            parts = [np.asarray(speaking[s], dtype=bool) for s in session_frames]
-            self._add("speaking", "", list(session_frames), parts, {"speaking": parts})
-
-    def _concatenate(self, store: FeatureStore, branch: str, sessions: list[str]) -> None:
-        if branch in INDEXED:
-            table_name, index_name = INDEXED[branch]
-            tables, indices, row = [], [], 0
-            for sid in sessions:
-                table = np.asarray(store.load(sid, branch, table_name))
-                index = np.asarray(store.load(sid, branch, index_name)).astype(np.int64)
-                if index.size and index.max() >= len(table):
-                    raise ValueError(f"session '{sid}', branch '{branch}': {index_name} points at row "
-                                     f"{int(index.max())} of a {len(table)}-row {table_name} table")
-                indices.append(np.where(index >= 0, index + row, -1))
-                tables.append(table)
-                row += len(table)
-            self._add(branch, index_name, sessions, indices, {index_name: indices}, pad=-1)
-            self._stack(f"{branch}/{table_name}", tables)
-            return
-        features, masks = [], []
-        for sid in sessions:
-            values = store.load(sid, branch, "features")
-            valid = np.asarray(store.load(sid, branch, "mask")) > 0
-            # rows past the end of a shorter mask are invalid, as in WindowDataset
-            padded = np.zeros(len(values), dtype=bool)
-            padded[: min(len(values), len(valid))] = valid[: len(values)]
-            features.append(values)
-            masks.append(padded)
-        self._add(branch, "features", sessions, features, {"features": features, "mask": masks})
-
-    def _add(self, branch: str, length_of: str, sessions: list[str], sized: list[np.ndarray],
-             arrays: dict[str, list[np.ndarray]], pad: int = 0) -> None:
-        self.offsets[branch], self.frames[branch], row = {}, {}, 0
-        for sid, array in zip(sessions, sized):
-            self.offsets[branch][sid], self.frames[branch][sid] = row, len(array)
-            row += len(array)
-        for name, parts in arrays.items():
-            self._stack(f"{branch}/{name}" if length_of else branch, parts, pad)
-
-    def _stack(self, key: str, parts: list[np.ndarray], pad: int = 0) -> None:
-        """Concatenate (copying out of the memory maps) and append the padding row."""
-        if not parts:
-            raise ValueError(f"no session has {key}")
-        last = np.full((1,) + parts[0].shape[1:], pad, dtype=parts[0].dtype)
-        self.tensors[key] = torch.from_numpy(np.concatenate([*parts, last]))
+                if (sid, modality, branch) in missing:
+                    continue
+                if branch in INDEXED:
+                    table_name, index_name = INDEXED[branch]
+                    index = np.asarray(store.load(sid, branch, index_name)).astype(np.int64)
+                    table = np.asarray(store.load(sid, branch, table_name))
+                    if index.size and index.max() >= len(table):
+                        raise ValueError(f"session '{sid}', branch '{branch}': {index_name} points at row "
+                                         f"{int(index.max())} of a {len(table)}-row {table_name} table")
+                    rows[branch] = _fit(index, n, -1)
+                    valid[branch] = rows[branch] >= 0
+                    indexed[branch][1].append(table)
+                else:
+                    features = store.load(sid, branch, "features")
+                    # valid only where the branch has a frame and its mask (cut or padded to it) is set
+                    branch_valid = _fit(np.asarray(store.load(sid, branch, "mask")) > 0, len(features), False)
+                    valid[branch] = _fit(branch_valid, n, False)
+                    rows[branch] = features
+            frame_mask = np.logical_or.reduce(list(valid.values())) if valid else np.zeros(n, dtype=bool)
+            if modality == "audio":
+                frame_mask &= _fit(np.asarray(speaking[sid], dtype=bool), n, False)
+            first = self.offsets[sid]
+            mask[first: first + n] = frame_mask
+            for branch in valid:
+                keep = valid[branch] & frame_mask
+                if branch in INDEXED:
+                    shifted = np.where(keep, rows[branch] + table_rows[branch], -1)
+                    indexed[branch][0][first: first + n] = shifted
+                    table_rows[branch] += len(indexed[branch][1][-1])
+                    continue
+                key = next(k for kind, k in pieces if kind == "dense" and branch in k.split("/", 1)[1].split("+"))
+                lo, hi = columns[branch]
+                offset = columns[key.split("/", 1)[1].split("+")[0]][0]
+                x = np.zeros((n, hi - lo), dtype=np.float32)
+                m = min(n, len(rows[branch]))
+                x[:m] = rows[branch][:m]
+                if stats is not None:  # the reference's float32 arithmetic, per frame
+                    x = (x - stats[0][lo:hi]) / stats[1][lo:hi]
+                x[~keep] = 0.0
+                arrays[key][first: first + n, lo - offset: hi - offset] = x
+        for key, array in arrays.items():
+            self.tensors[key] = torch.from_numpy(array)
+        self.tensors[f"{modality}/mask"] = torch.from_numpy(mask)
+        for branch, (index, tables) in indexed.items():
+            dim = branch_dims[branch]
+            table = np.concatenate([np.asarray(t, dtype=np.float32) for t in tables] + [np.zeros((1, dim), np.float32)])
+            index[index < 0] = len(table) - 1  # the zero row
+            self.tensors[f"{branch}/index"] = torch.from_numpy(index)
+            self.tensors[f"{branch}/table"] = torch.from_numpy(table)
 
     @property
     def device(self) -> torch.device:
@@ -125,12 +170,11 @@ class WindowBatches(Dataset):
 
     def __init__(self, frames: FrameArrays, windows: pd.DataFrame, ratings: pd.DataFrame, length: int,
                  session_frames: dict[str, int], story_embeddings: np.ndarray, story_rows: dict[str, int],
-                 traits: pd.DataFrame, stats: dict[str, tuple[np.ndarray, np.ndarray]], branch_dims: dict[str, int]):
+                 traits: pd.DataFrame):
         self.arrays = frames
         self.windows = windows.reset_index(drop=True)
         self.length = int(length)
         self.modalities = list(frames.branches)
-        self.branch_dims = dict(branch_dims)
         labels = window_labels(self.windows, ratings, story_embeddings, story_rows, traits)
         self.targets, self.ratings, self.story, self.traits, self.traits_mask = labels
         sessions = self.windows.session_id.to_numpy()
@@ -138,86 +182,43 @@ class WindowBatches(Dataset):
         if (starts < 0).any():
             raise ValueError(f"window starts must be >= 0, got {int(starts.min())}")
         total = np.array([session_frames[s] for s in sessions], dtype=np.int64)
+        first = np.array([frames.offsets[s] for s in sessions], dtype=np.int64) + starts
         self.index = {"lengths": torch.from_numpy(np.clip(total - starts, 0, self.length)),
+                      "first": torch.from_numpy(first),
                       "rating_index": torch.tensor(self.windows.rating_index.to_numpy(dtype=np.int64)),
                       "story": torch.from_numpy(self.story), "traits": torch.from_numpy(self.traits),
                       "traits_mask": torch.from_numpy(self.traits_mask), "target": torch.from_numpy(self.targets)}
-        for branch in frames.offsets:  # per window: first row in the branch's array, rows inside the session
-            pad_row = len(frames.tensors[self._rows_key(branch)]) - 1
-            first = np.array([frames.offsets[branch].get(s, pad_row) for s in sessions], dtype=np.int64)
-            count = np.array([frames.frames[branch].get(s, 0) for s in sessions], dtype=np.int64)
-            inside = np.clip(count - starts, 0, self.length)
-            self.index[f"{branch}/first"] = torch.from_numpy(np.where(inside > 0, first + starts, pad_row))
-            self.index[f"{branch}/inside"] = torch.from_numpy(inside)
-        self.stats = {m: tuple(torch.from_numpy(np.asarray(v, dtype=np.float32)) for v in stats[m]) for m in stats}
         self._device = torch.device("cpu")
 
-    def _rows_key(self, branch: str) -> str:
-        if branch == "speaking":
-            return "speaking"
-        return f"{branch}/{INDEXED[branch][1]}" if branch in INDEXED else f"{branch}/features"
-
     def to(self, device: torch.device) -> WindowBatches:
-        """Per-window offsets, labels and statistics onto the arrays' device."""
+        """Per-window offsets and labels onto the arrays' device."""
         self._device = torch.device(device)
         self.index = {k: v.to(device) for k, v in self.index.items()}
-        self.stats = {m: tuple(v.to(device) for v in pair) for m, pair in self.stats.items()}
         return self
 
     def __len__(self) -> int:
         return len(self.windows)
 
-    def _rows(self, branch: str, window: torch.Tensor, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B*k,) row positions in the branch's array (the padding row outside the session) and (B, k) inside."""
-        inside = frame[None, :] < self.index[f"{branch}/inside"][window][:, None]
-        first = self.index[f"{branch}/first"][window][:, None]
-        pad = len(self.arrays.tensors[self._rows_key(branch)]) - 1
-        return torch.where(inside, first + frame[None, :], pad).reshape(-1), inside
-
-    def _branch(self, branch: str, window: torch.Tensor, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, k, F) float32 rows and (B, k) validity of one branch."""
-        tensors = self.arrays.tensors
-        rows, inside = self._rows(branch, window, frame)
-        shape = inside.shape
-        if branch in INDEXED:
-            table_name, index_name = INDEXED[branch]
-            row = tensors[f"{branch}/{index_name}"].index_select(0, rows)
-            valid = inside & (row >= 0).view(shape)
-            table = tensors[f"{branch}/{table_name}"]
-            row = torch.where(row >= 0, row, len(table) - 1)
-            x = table.index_select(0, row).view(*shape, -1)
-        else:
-            x = tensors[f"{branch}/features"].index_select(0, rows).view(*shape, -1)
-            valid = inside & tensors[f"{branch}/mask"].index_select(0, rows).view(shape)
-        return x.to(torch.float32), valid
-
-    def _modality(self, modality: str, window: torch.Tensor, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        parts = [self._branch(b, window, frame) for b in self.arrays.branches[modality]]
-        mask = parts[0][1].clone()
-        for _, valid in parts[1:]:
-            mask |= valid
-        if modality == "audio":
-            rows, inside = self._rows("speaking", window, frame)
-            mask &= inside & self.arrays.tensors["speaking"].index_select(0, rows).view(inside.shape)
-        mean, std = self.stats.get(modality, (None, None))
-        xs, column = [], 0
-        for x, valid in parts:
-            width = x.shape[-1]
-            if mean is not None:  # fresh float32 unless the store is float32 already
-                x = (x - mean[column:column + width]) / std[column:column + width]
-            xs.append(x.masked_fill_(~(valid & mask)[..., None], 0.0))
-            column += width
-        return (torch.cat(xs, dim=-1) if len(xs) > 1 else xs[0]), mask
-
     def batch(self, window: torch.Tensor) -> dict:
         """The batch of windows `window` (a (B,) long tensor of positions in this split)."""
+        tensors = self.arrays.tensors
         window = window.to(self._device)
         frame = torch.arange(self.length, device=self._device)
         lengths = self.index["lengths"][window]
+        inside = frame[None, :] < lengths[:, None]
+        rows = torch.where(inside, self.index["first"][window][:, None] + frame[None, :], self.arrays.rows).reshape(-1)
+        shape = inside.shape
         batch: dict = {}
         for modality in self.modalities:
-            x, mask = self._modality(modality, window, frame)
-            batch[modality] = {"x": x, "mask": mask, "lengths": lengths}
+            parts = []
+            for kind, key in self.arrays.pieces[modality]:
+                if kind == "dense":
+                    parts.append(tensors[key].index_select(0, rows))
+                else:
+                    parts.append(tensors[f"{key}/table"].index_select(0, tensors[f"{key}/index"].index_select(0, rows)))
+            x = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+            batch[modality] = {"x": x.view(*shape, -1), "mask": tensors[f"{modality}/mask"].index_select(0, rows).view(shape),
+                               "lengths": lengths}
         for key in ("story", "traits", "traits_mask", "target", "rating_index"):
             batch[key] = self.index[key][window]
         return batch
