@@ -247,8 +247,12 @@ class IndexBatchSampler(DistributedSampler):
         self.windows = windows
         self.batch_size = int(batch_size)
         self.drop_last = drop_last
+        # DistributedSampler's attributes, as Lightning reads them (e.g. `shuffle`), taken from the inner sampler
+        self.dataset = getattr(windows, "dataset", None)
         self.num_replicas = getattr(windows, "num_replicas", 1)
         self.rank = getattr(windows, "rank", 0)
+        self.shuffle = getattr(windows, "shuffle", False)
+        self.seed = getattr(windows, "seed", 0)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
