@@ -72,7 +72,7 @@ def test_loaders_yield_the_reference_windows_in_sampler_order(tiny_dataset, tiny
     reference, batched = _pair(tiny_dataset, tiny_store, ("video", "audio", "text"))
     loader = batched.train_dataloader()
     assert isinstance(loader.sampler, DistributedSampler)  # Lightning leaves it in place under DDP
-    order = np.concatenate(list(RatingOversampler(np.round(batched.datasets["train"].ratings).astype(int))))
+    order = np.array(list(RatingOversampler(np.round(batched.datasets["train"].ratings).astype(int))))
     seen = torch.cat([b["rating_index"] for b in loader])
     assert seen.tolist() == batched.datasets["train"].windows.rating_index.to_numpy()[order].tolist()
     val = next(iter(batched.val_dataloader()))
