@@ -74,7 +74,7 @@ def test_reflection_scenario_and_oversampled_training(tiny_dataset, tiny_store):
     per_rating = dm.windows.groupby("rating_index").size()
     assert per_rating.index.size == 120 and (per_rating == 1).all()  # 4 s reflections: one centred window
     train = dm.datasets["train"]
-    order = list(dm.train_dataloader().sampler)
+    order = np.concatenate(list(dm.train_dataloader().sampler))  # batches of window positions
     classes = np.round(train.ratings[order]).astype(int)
     counts = np.bincount(classes)[1:]
     assert len(set(counts[counts > 0])) == 1  # every present rating class equally often

@@ -2,7 +2,10 @@
 
 prepare_data: (demo only) generate the dataset, validate it, bring the feature store up to date
 for the selected modalities. setup: windows per rating, the persisted participant split,
-normalisation statistics from the training split, and the three window datasets.
+normalisation statistics from the training split, and the three window datasets. Loaders
+(`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
+(src/datamodules/window_gather.py), on the training device when the arrays fit `device_memory_gb`;
+`loader: reference` is the per-window `WindowDataset` the batched loader is proven equal to.
 """
 from __future__ import annotations
 
@@ -12,12 +15,14 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
 from src.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
-from src.datamodules.sampler import RatingOversampler
+from src.datamodules.sampler import RatingOversampler, _world
 from src.datamodules.splits import load_or_create_split, participant_folds
 from src.datamodules.window_dataset import WindowDataset
+from src.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from src.datamodules.windows import build_windows
 from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
 from src.features.extract import MEDIA_BRANCHES, extract_features
@@ -83,7 +88,7 @@ class EmpathyDataModule(L.LightningDataModule):
                  split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
                  extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
-                 on_stale: str = "mask"):
+                 on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0):
         super().__init__()
         unknown = set(modalities) - set(MODALITIES)
         if not modalities or unknown:
@@ -110,7 +115,12 @@ class EmpathyDataModule(L.LightningDataModule):
         if on_stale not in STALE_POLICIES:
             raise ValueError(f"data.on_stale must be one of {list(STALE_POLICIES)}, got '{on_stale}'")
         self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
-        self.datasets: dict[str, WindowDataset] = {}
+        if loader not in ("batched", "reference"):
+            raise ValueError(f"data.loader must be batched or reference, got '{loader}'")
+        self.loader = loader
+        self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
+        self.datasets: dict[str, WindowBatches | WindowDataset] = {}
+        self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
         self._prepared = False
 
@@ -325,11 +335,20 @@ class EmpathyDataModule(L.LightningDataModule):
         story_rows = {s: i for i, s in enumerate(story_ids)}
         self.input_dims = {m: sum(self.branch_dims[b] for b in self.branches[m]) for m in self.modalities}
         self.input_dims.update(story=int(story_embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
+        traits = dataset.participants[list(TRAIT_COLUMNS)]
+        if self.loader == "batched":
+            self.frames = FrameArrays(store, session_frames, self.branches, missing, speaking, self.stats,
+                                      self.branch_dims)
         for split in ("train", "val", "test"):
-            self.datasets[split] = WindowDataset(
-                store, windows[windows.split == split], dataset.ratings, self.modalities, self.window_frames,
-                session_frames, speaking, story_embeddings, story_rows, dataset.participants[list(TRAIT_COLUMNS)],
-                self.stats, missing, self.input_dims, self.branches, self.branch_dims)
+            if self.loader == "batched":
+                self.datasets[split] = WindowBatches(
+                    self.frames, windows[windows.split == split], dataset.ratings, self.window_frames, session_frames,
+                    story_embeddings, story_rows, traits)
+            else:
+                self.datasets[split] = WindowDataset(
+                    store, windows[windows.split == split], dataset.ratings, self.modalities, self.window_frames,
+                    session_frames, speaking, story_embeddings, story_rows, traits,
+                    self.stats, missing, self.input_dims, self.branches, self.branch_dims)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
         self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
                                                  excluded=self.unused_branches)
@@ -354,19 +373,38 @@ class EmpathyDataModule(L.LightningDataModule):
                 "windows": {s: len(d) for s, d in self.datasets.items()}}
 
     # ---- loaders -------------------------------------------------------------------------------
-    def _loader(self, split: str, **kwargs) -> DataLoader:
-        return DataLoader(self.datasets[split], batch_size=self.batch_size, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0, **kwargs)
+    def _training_device(self) -> torch.device:
+        trainer = getattr(self, "trainer", None)
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def _loader(self, split: str, windows, **kwargs) -> DataLoader:
+        """`windows`: the index sampler (None: in order); batched loaders wrap it into index batches."""
+        data = self.datasets[split]
+        if isinstance(data, WindowDataset):
+            return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
+                              persistent_workers=self.num_workers > 0, sampler=windows, **kwargs)
+        device = self._training_device()
+        where = self.frames.place(device, self.device_memory_gb * 1e9)
+        for dataset in self.datasets.values():
+            dataset.to(where)
+        workers = self.num_workers if where.type == "cpu" else 0  # gathers on the device run in this process
+        if windows is None:
+            world, rank = _world()
+            windows = DistributedSampler(range(len(data)), num_replicas=world, rank=rank,
+                                         shuffle=kwargs.get("shuffle", False), seed=self.seed)
+        return DataLoader(data, sampler=IndexBatchSampler(windows, self.batch_size), batch_size=None,
+                          num_workers=workers, persistent_workers=workers > 0,
+                          pin_memory=where.type == "cpu" and device.type == "cuda")
 
     def train_dataloader(self) -> DataLoader:
         data = self.datasets["train"]
         if self.oversample:
             classes = np.round(data.ratings).astype(int)
-            return self._loader("train", sampler=RatingOversampler(classes, seed=self.seed))
-        return self._loader("train", shuffle=True)
+            return self._loader("train", RatingOversampler(classes, seed=self.seed))
+        return self._loader("train", None, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
+        return self._loader("val", None)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
+        return self._loader("test", None)

@@ -31,6 +31,17 @@ def target_to_rating(target: np.ndarray | float) -> np.ndarray | float:
     return np.asarray(target, dtype=np.float64) * 2.0 + 3.0
 
 
+def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings: np.ndarray,
+                  story_rows: dict[str, int], traits: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """Per window: target (float32), rating, story embedding, standardised traits and their mask."""
+    rated = ratings.loc[windows.rating_index]
+    targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
+    story = story_embeddings[[story_rows[s] for s in rated.story_id]].astype(np.float32)
+    trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
+    trait_mask = np.isfinite(trait_values)
+    return targets, rated.empathy.to_numpy(), story, np.nan_to_num((trait_values - 3.0) / 2.0).astype(np.float32), trait_mask
+
+
 class WindowDataset(Dataset):
     def __init__(self, store: FeatureStore, windows: pd.DataFrame, ratings: pd.DataFrame, modalities: list[str],
                  length: int, session_frames: dict[str, int], speaking: dict[str, np.ndarray],
@@ -48,13 +59,8 @@ class WindowDataset(Dataset):
         self.missing = missing  # (session, modality) or (session, modality, branch) that failed: masked
         self.branches = branches or {m: list(DEFAULTS["modalities"][m]) for m in self.modalities}
         self.branch_dims = branch_dims or {}
-        rated = ratings.loc[self.windows.rating_index]
-        self.targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
-        self.ratings = rated.empathy.to_numpy()
-        self.story = story_embeddings[[story_rows[s] for s in rated.story_id]].astype(np.float32)
-        trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
-        self.traits_mask = np.isfinite(trait_values)
-        self.traits = np.nan_to_num((trait_values - 3.0) / 2.0).astype(np.float32)
+        labels = window_labels(self.windows, ratings, story_embeddings, story_rows, traits)
+        self.targets, self.ratings, self.story, self.traits, self.traits_mask = labels
         self._arrays: dict[tuple[str, str, str], np.ndarray] = {}
         self.dims = dims or {}
 

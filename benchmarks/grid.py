@@ -1,0 +1,270 @@
+"""The paper's grid end to end from an on-disk store: datamodule -> model -> optimizer, per model.
+
+    python benchmarks/grid.py --device cpu --fraction 0.01 --steps 8          # this machine (CPU)
+    python benchmarks/grid.py --device cuda --fraction 0.25                    # a GPU (bf16 mixed precision)
+
+Writes a synthetic dataset (CSV tables and transcripts in the contract's layout) and a feature store
+in the store's real format (`FeatureStore.write_branch`, float16 features, uint8 masks, indexed SBERT
+utterances) at `--fraction` of EmpathicStories++ (2.86 M frames on the 15 fps clock, 99,357 Story
+Share windows of 120 frames, about 4.2 window-frames per stored frame), then per model prints:
+- loader windows/s: the training DataLoader alone, the batched gather (`data.loader=batched`)
+  beside the per-window reference (`data.loader=reference`, the old `WindowDataset`);
+- training windows/s end to end (Lightning Trainer on the datamodule's loader) and with the same
+  batches pre-loaded on the device, and their step-time ratio (the loader's overhead);
+- peak memory (GPU: torch.cuda.max_memory_allocated; CPU: the process's peak RSS so far);
+- the projected grid time: models x subsets x seeds x epochs x --windows at the end-to-end speed
+  (the v+a+t speed for every subset, so an upper bound; training only, as in train_throughput.py).
+It also prints a memory-copy bandwidth measured in the same process, to say how close the gather
+comes to it, and the load average (the machine may be shared).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from torch.utils.data import DataLoader, Dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
+from src.dataset import TRAIT_COLUMNS  # noqa: E402
+from src.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
+from src.features.branches import BRANCH_MODALITY  # noqa: E402
+from src.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
+from src.models.empathy_module import EmpathyModule  # noqa: E402
+
+FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
+FULL_WINDOWS = 99_357  # Story Share windows
+FPS, FRAMES = 15, 120
+
+
+def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dict[str, int], seed: int = 0) -> dict:
+    """Dataset tables + store at `fraction` of the corpus; reused when `root` already holds the same one."""
+    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 1}
+    done = root / "spec.json"
+    if done.exists() and json.loads(done.read_text()) == spec:
+        return spec
+    rng = np.random.default_rng(seed)
+    data, store = root / "dataset", FeatureStore(root / "store")
+    (data / "transcripts").mkdir(parents=True, exist_ok=True)
+    (data / "media").mkdir(exist_ok=True)
+    (data / "media" / "unused.avi").touch()  # the contract wants a video file; the store is already filled
+    n_frames = int(round(FULL_FRAMES * fraction / sessions))
+    windows_per_session = max(1, int(round(FULL_WINDOWS * fraction / sessions)))
+    span = (windows_per_session - 1 + FRAMES // FPS) + 1  # seconds of Story Share per session
+    if span * FPS + 2 * FPS > n_frames:
+        raise ValueError(f"{n_frames} frames per session cannot hold a {span} s Story Share phase; use fewer --sessions")
+    ids = [f"s{i:04d}" for i in range(sessions)]
+    traits = rng.uniform(1, 5, size=(sessions, len(TRAIT_COLUMNS))).round(2)
+    pd.DataFrame({"participant_id": [f"p{i:04d}" for i in range(sessions)],
+                  **{c: traits[:, j] for j, c in enumerate(TRAIT_COLUMNS)}}).to_csv(data / "participants.csv", index=False)
+    pd.DataFrame({"session_id": ids, "participant_id": [f"p{i:04d}" for i in range(sessions)],
+                  "video": "media/unused.avi"}).to_csv(data / "sessions.csv", index=False)
+    stories = [f"story{i}" for i in range(8)]
+    pd.DataFrame({"story_id": stories, "text": [f"synthetic story {i}" for i in range(8)]}).to_csv(data / "stories.csv", index=False)
+    pd.DataFrame({"session_id": ids, "story_id": [stories[i % 8] for i in range(sessions)],
+                  "empathy": rng.integers(1, 6, size=sessions)}).to_csv(data / "ratings.csv", index=False)
+    (data / "dataset.yaml").write_text(yaml.safe_dump({"name": "synthetic", "fps": FPS}))
+    for i, sid in enumerate(ids):
+        start = 1.0  # participant utterances of 6 s with 2 s pauses over the Story Share phase
+        rows = [(0.0, 1.0, "agent", "warm_up", "", "hello")]
+        rows += [(t, min(t + 6.0, start + span), "participant", "story_share", stories[i % 8], f"utterance {j}")
+                 for j, t in enumerate(np.arange(start, start + span, 8.0))]
+        utterances = pd.DataFrame(rows, columns=["start", "end", "speaker", "phase", "story_id", "text"])
+        utterances.to_csv(data / "transcripts" / f"{sid}.csv", index=False)
+        frame_utterance = np.full(n_frames, -1, dtype=np.int32)
+        for j, row in enumerate(utterances.itertuples()):
+            frame_utterance[int(row.start * FPS): int(row.end * FPS)] = j
+        for branch, dim in branch_dims.items():
+            signature, info = {"extractor": "synthetic", "dim": dim}, {"n_frames": n_frames}
+            if branch in ("text", "glove"):
+                arrays = {"utterances" if branch == "text" else "words": rng.standard_normal((len(utterances), dim)).astype(np.float16),
+                          "frame_utterance" if branch == "text" else "frame_word": frame_utterance,
+                          "mask": (frame_utterance >= 0).astype(np.uint8)}
+            else:
+                arrays = {"features": rng.standard_normal((n_frames, dim), dtype=np.float32).astype(np.float16),
+                          "mask": (rng.random(n_frames) < 0.9).astype(np.uint8)}
+            store.write_branch(sid, branch, arrays, signature, info)
+    store.write_branch(DATASET_KEY, "stories", {"embeddings": rng.standard_normal((8, 384)).astype(np.float16)},
+                       {"extractor": "synthetic"}, {"story_ids": stories})
+    done.write_text(json.dumps(spec))
+    return spec
+
+
+def datamodule(root: Path, branch_dims: dict[str, int], loader: str, batch_size: int, memory_gb: float) -> EmpathyDataModule:
+    modalities: dict[str, list[str]] = {}
+    for branch in branch_dims:
+        modalities.setdefault(BRANCH_MODALITY[branch], []).append(branch)
+    dm = EmpathyDataModule(str(root / "dataset"), str(root / "store"), list(modalities), {"modalities": modalities},
+                           name="synthetic", batch_size=batch_size, extract_workers=1, loader=loader,
+                           device_memory_gb=memory_gb)
+    dm.prepare_data = lambda: None  # synthetic store: nothing to extract (the real extractor would read media)
+    dm.setup("fit")
+    return dm
+
+
+def loader_rate(dm: EmpathyDataModule, batches: int) -> tuple[float, float]:
+    """Training windows per wall second and per CPU second of this process (the CPU figure is what a quiet
+    machine would give with num_workers=0; on a GPU it counts only the launching thread)."""
+    loader = dm.train_dataloader()
+    iterator = iter(loader)
+    next(iterator)  # warm-up: workers, first touch of the arrays
+    start, cpu, seen = time.perf_counter(), time.process_time(), 0
+    for batch in itertools.islice(iterator, batches):
+        seen += len(batch["target"])
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return seen / (time.perf_counter() - start), seen / (time.process_time() - cpu)
+
+
+def copy_bandwidth(device: torch.device, megabytes: int = 256) -> float:
+    """GB/s of a tensor copy (bytes read + written) on `device`: the ceiling for a gather."""
+    source = torch.ones(megabytes * 2 ** 20 // 4, device=device)
+    target = torch.empty_like(source)
+    target.copy_(source)
+    best = float("inf")
+    for _ in range(5):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        target.copy_(source)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * source.numel() * 4 / best / 1e9
+
+
+class Preloaded(Dataset):
+    def __init__(self, batches: list[dict]):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.batches[i]
+
+
+def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None) -> tuple[float, float | None]:
+    """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches."""
+    L.seed_everything(0, workers=False)
+    net, head = model_net(name)
+    module = EmpathyModule(net=net, modalities=dm.modalities, input_dims=dm.input_dims, head=head)
+    cuda = args.device == "cuda"
+    timer = StepTimer(args.warmup)
+    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0, limit_val_batches=0, limit_train_batches=args.warmup + args.steps,
+                        callbacks=[timer])
+    if preloaded is None:
+        trainer.fit(module, datamodule=dm)
+    else:
+        trainer.fit(module, train_dataloaders=DataLoader(Preloaded(preloaded), batch_size=None))
+    rate = timer.timed_steps * args.batch_size / (timer.stop - timer.start)
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None
+    return rate, peak
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--fraction", type=float, default=0.01, help="of EmpathicStories++'s 2.86 M frames")
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--branches", default="face=1451,audio=65,text=384",
+                        help="store branches and dims (the paper's: face=714,cnn=2048,audio=65,text=384)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8, help="timed training steps per model")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--loader-batches", type=int, default=30, help="timed batches of the batched loader")
+    parser.add_argument("--reference-batches", type=int, default=8, help="timed batches of the reference loader")
+    parser.add_argument("--device-memory-gb", type=float, default=8.0)
+    parser.add_argument("--precision", default=None, help="default: bf16-mixed on cuda, 32-true on cpu")
+    parser.add_argument("--subsets", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--windows", type=int, default=FULL_WINDOWS)
+    parser.add_argument("--work", type=Path, default=None, help="where the synthetic store goes (default: /tmp)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but torch sees no GPU")
+    args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    dims = {b: int(d) for b, d in (item.split("=") for item in args.branches.split(","))}
+    unknown = set(dims) - set(BRANCH_MODALITY)
+    if unknown:
+        parser.error(f"--branches: unknown {sorted(unknown)}; choose from {sorted(BRANCH_MODALITY)}")
+    root = args.work or Path("/tmp") / f"empathic_grid_{canonical_hash([args.fraction, args.sessions, dims])}"
+    began = time.perf_counter()
+    write_synthetic(root, args.fraction, args.sessions, dims)
+    print(f"synthetic store {root} ({args.fraction:g} of EmpathicStories++) ready in {time.perf_counter() - began:.1f} s")
+
+    device = torch.device(args.device)
+    batched = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb)
+    reference = datamodule(root, dims, "reference", args.batch_size, args.device_memory_gb)
+    n_train = len(batched.datasets["train"])
+    stored = batched.frames.nbytes() / 1e9
+    if args.device == "cuda":  # place the arrays as training would (the trainer's device)
+        batched.trainer = L.Trainer(accelerator="gpu", devices=1, logger=False)
+    new_rate, new_cpu = loader_rate(batched, args.loader_batches)
+    old_rate, old_cpu = loader_rate(reference, args.reference_batches)
+    where = batched.frames.device
+    window_bytes = FRAMES * sum(batched.input_dims[m] for m in batched.modalities) * 4  # float32 output per window
+    bandwidth = copy_bandwidth(where)
+    load = os.getloadavg()
+
+    preloaded = [b for b in itertools.islice(batched.train_dataloader(), args.warmup + args.steps)]
+    preloaded = [move_data_to_device(b, device) for b in preloaded]
+    rows = []
+    for name in args.models.split(","):
+        end_to_end, peak = train_rate(name, batched, args, None)
+        pre, _ = train_rate(name, batched, args, preloaded)
+        rows.append({"model": name, "train_windows_per_s": end_to_end, "preloaded_windows_per_s": pre,
+                     "overhead": pre / end_to_end, "peak_gpu_gib": peak,
+                     "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+                     "grid_hours": args.subsets * args.seeds * args.epochs * args.windows / end_to_end / 3600})
+    grid = sum(r["grid_hours"] for r in rows)
+    print(f"\n{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
+          f"branches {dims}, {args.precision}; {n_train} training windows; frame arrays {stored:.2f} GB on {where}; "
+          f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}")
+    print(f"\nloader only (training split, batch {args.batch_size}), windows/s | batched | reference WindowDataset | ratio")
+    print(f"  per wall second | {new_rate:,.0f} | {old_rate:,.0f} | x{new_rate / old_rate:.1f}")
+    print(f"  per CPU second  | {new_cpu:,.0f} | {old_cpu:,.0f} | x{new_cpu / old_cpu:.1f}")
+    written = new_rate * window_bytes / 1e9
+    print(f"batched gather writes {written:.2f} GB/s of float32 windows; a tensor copy on {where} moves "
+          f"{bandwidth:.1f} GB/s (read + write), so the gather's output runs at {written / (bandwidth / 2):.0%} of its write rate")
+    print("\n| model | train windows/s (end to end) | pre-loaded windows/s | loader overhead (e2e/pre step time) | peak GPU GiB | peak RSS GiB | grid h |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
+        print(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['preloaded_windows_per_s']:,.0f} | "
+              f"{r['overhead']:.3f}x | {gpu} | {r['peak_rss_gib']:.2f} | {r['grid_hours']:.2f} |")
+    print(f"\nGrid ({len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
+          f"{args.windows:,} windows, training only, runs in sequence on one device): {grid:.2f} h")
+    result = {"device": str(where), "args": {k: str(v) for k, v in vars(args).items()}, "load_average": load,
+              "loader": {"batched_windows_per_s": new_rate, "reference_windows_per_s": old_rate,
+                         "batched_windows_per_cpu_s": new_cpu, "reference_windows_per_cpu_s": old_cpu,
+                         "copy_bandwidth_gb_s": bandwidth, "window_bytes": window_bytes},
+              "models": rows, "grid_hours": grid}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The batched window gather against the per-window reference (`WindowDataset`): every window's
+every batch key identical (values, dtypes, shapes) for every split, on the demo store."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from src.dataset import load_dataset
+from src.datamodules.empathy_datamodule import EmpathyDataModule
+from src.datamodules.sampler import RatingOversampler
+from src.datamodules.window_gather import IndexBatchSampler, WindowBatches
+from src.features.extract import extract_features
+from src.features.store import FeatureStore
+from tests.conftest import FEATURES_CFG
+from tests.test_features_modalities import _plant_cnn
+
+
+def _pair(dataset, store, modalities, features=FEATURES_CFG, **kwargs) -> tuple[EmpathyDataModule, EmpathyDataModule]:
+    made = []
+    for loader in ("reference", "batched"):
+        dm = EmpathyDataModule(str(dataset), str(store), list(modalities), features, batch_size=8,
+                               extract_workers=1, loader=loader, **kwargs)
+        dm.setup("fit")
+        made.append(dm)
+    return made[0], made[1]
+
+
+def assert_same(expected, actual, where: str = "batch") -> None:
+    if isinstance(expected, dict):
+        assert set(expected) == set(actual), where
+        for key in expected:
+            assert_same(expected[key], actual[key], f"{where}.{key}")
+        return
+    assert expected.dtype == actual.dtype and expected.shape == actual.shape, where
+    assert torch.equal(expected, actual), where
+
+
+def assert_splits_equal(reference: EmpathyDataModule, batched: EmpathyDataModule) -> None:
+    for split in ("train", "val", "test"):
+        old, new = reference.datasets[split], batched.datasets[split]
+        assert isinstance(new, WindowBatches) and len(old) == len(new) > 0
+        everything = next(iter(DataLoader(old, batch_size=len(old))))  # default collation of every window
+        assert_same(everything, new[list(range(len(new)))], split)
+        assert_same(old[len(old) - 1], new[len(new) - 1], f"{split} item")
+
+
+@pytest.mark.parametrize("modalities,normalize", [(("video", "audio", "text"), ("video", "audio")),
+                                                  (("audio", "text"), ())])
+def test_batched_gather_equals_window_dataset(tiny_dataset, tiny_store, modalities, normalize):
+    assert_splits_equal(*_pair(tiny_dataset, tiny_store, modalities, normalize=normalize))
+
+
+def test_equal_with_multi_branch_modalities_and_failed_branches(tiny_dataset, store_copy):
+    """The paper's video = face + cnn (fp16 store) and text = SBERT + GloVe (indexed), one session's
+    face and another's audio failed."""
+    store = FeatureStore(store_copy)
+    dataset = load_dataset(tiny_dataset)
+    sessions = list(dataset.sessions.index)
+    _plant_cnn(store, sessions)
+    cfg = {**FEATURES_CFG, "modalities": {"video": ["face", "cnn"], "audio": ["audio"], "text": ["text", "glove"]}}
+    extract_features(dataset, store, ["text"], cfg, progress=False)
+    (store_copy / "sessions" / sessions[0] / "face" / "features.npy").unlink()
+    (store_copy / "sessions" / sessions[1] / "audio" / "mask.npy").unlink()
+    reference, batched = _pair(tiny_dataset, store_copy, ("video", "audio", "text"), cfg)
+    assert batched.input_dims["video"] > 1451 and batched.input_dims["text"] == 384 + 50
+    assert_splits_equal(reference, batched)
+
+
+def test_loaders_yield_the_reference_windows_in_sampler_order(tiny_dataset, tiny_store):
+    reference, batched = _pair(tiny_dataset, tiny_store, ("video", "audio", "text"))
+    loader = batched.train_dataloader()
+    assert isinstance(loader.sampler, DistributedSampler)  # Lightning leaves it in place under DDP
+    order = np.array(list(RatingOversampler(np.round(batched.datasets["train"].ratings).astype(int))))
+    seen = torch.cat([b["rating_index"] for b in loader])
+    assert seen.tolist() == batched.datasets["train"].windows.rating_index.to_numpy()[order].tolist()
+    val = next(iter(batched.val_dataloader()))
+    assert_same(next(iter(reference.val_dataloader())), val)
+
+
+def test_index_batches_keep_ddp_shards():
+    classes = np.random.default_rng(0).integers(1, 6, size=53)
+    for rank in range(2):
+        shard = RatingOversampler(classes, seed=2, num_replicas=2, rank=rank)
+        batches = IndexBatchSampler(RatingOversampler(classes, seed=2, num_replicas=2, rank=rank), 8)
+        batches.set_epoch(3)
+        shard.set_epoch(3)
+        drawn = list(batches)
+        assert len(drawn) == len(batches) and max(map(len, drawn)) == 8
+        assert sum(drawn, []) == list(shard)
+    with pytest.raises(ValueError, match="batch_size"):
+        IndexBatchSampler(RatingOversampler(classes), 0)
