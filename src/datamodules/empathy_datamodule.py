@@ -297,6 +297,7 @@ class EmpathyDataModule(L.LightningDataModule):
         if stories is None:
             raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
         session_frames, missing = self._session_frames(dataset, store)
+        self.missing = missing  # (session, modality[, branch]) that windows read as masked
         policy = with_defaults(self.features)["audio"]["speech_mask"]
         speaking = {}
         for sid, n in session_frames.items():
