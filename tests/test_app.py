@@ -92,7 +92,7 @@ def app_url(text_model, fusion_run, tmp_path_factory):
     from src.app.ui import build_app, launch
 
     flags = tmp_path_factory.mktemp("flags") / "flagged.csv"
-    clip = ClipScorer(fusion_run[0]["best_checkpoint"], max_upload_mb=3.0)
+    clip = ClipScorer(fusion_run[0]["best_checkpoint"], max_upload_mb=5.0)  # the demo .avi is 3.6 MB
     app = build_app(load_text_scorer(text_model), clip, flags)
     _, url, _ = launch(app, "127.0.0.1", None, block=False)
     yield url, flags
@@ -122,7 +122,7 @@ def test_app_in_headless_chromium_without_network(app_url, text_model, tiny_data
     unsupported = tmp_path / "notes.txt"
     unsupported.write_text("hello")
     too_big = tmp_path / "huge.mp4"
-    too_big.write_bytes(b"\0" * int(3.5 * 2 ** 20))
+    too_big.write_bytes(b"\0" * int(5.5 * 2 ** 20))
     no_face = _blank_video(tmp_path / "no_face.avi", 10.0)
     no_audio = tiny_dataset / "media" / "p001_s1.avi"  # the demo's video-only container
     bad_transcript = tmp_path / "transcript.csv"
