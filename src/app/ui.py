@@ -80,8 +80,8 @@ def _clip_tab(scorer: ClipScorer) -> None:
                                  elem_id="clip-transcript-text")
     stories = scorer.stories()
     if stories:
-        pick = gr.Dropdown([(f"{k}: {v[:70]}", k) for k, v in stories.items()], label="pick a story of the dataset", value=None,
-                           elem_id="clip-story-pick")
+        pick = gr.Dropdown([(f"{k}: {v[:70]}", k) for k, v in stories.items()], value=None,
+                           label="pick a story of the dataset", elem_id="clip-story-pick")
     story = gr.Textbox(label="story text", lines=4, elem_id="clip-story")
     if stories:
         pick.change(lambda k: stories.get(k, ""), pick, story)
