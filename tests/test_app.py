@@ -126,7 +126,8 @@ def test_app_in_headless_chromium_without_network(app_url, text_model, tiny_data
     no_face = _blank_video(tmp_path / "no_face.avi", 10.0)
     no_audio = tiny_dataset / "media" / "p001_s1.avi"  # the demo's video-only container
     bad_transcript = tmp_path / "transcript.csv"
-    bad_transcript.write_text("start,end,speaker,phase,story_id,text\n0,5,participant,story_share,,hi\n3,1,robot,x,,bad\n")
+    bad_transcript.write_text("start,end,speaker,phase,story_id,text\n"
+                              "0,5,participant,story_share,,hi\n3,1,robot,x,,bad\n")
     story = "My grandmother taught me to bake bread every Sunday; when she passed away I kept the habit."
     text = "I am so sorry. My heart goes out to you. Maybe take a short walk."
     external: list[str] = []

@@ -67,7 +67,8 @@ class ClipScorer:
     def __init__(self, ckpt_path: str | Path, max_upload_mb: float = 200.0):
         self.ckpt_path = Path(ckpt_path)
         if not self.ckpt_path.is_file():
-            raise FileNotFoundError(f"fusion checkpoint {self.ckpt_path} does not exist (train.py writes checkpoints/*.ckpt)")
+            raise FileNotFoundError(f"fusion checkpoint {self.ckpt_path} does not exist "
+                                    "(train.py writes checkpoints/*.ckpt)")
         self.model = EmpathyModule.load_from_checkpoint(self.ckpt_path, map_location="cpu", weights_only=False).eval()
         if not self.model.normalization and self.model.hparams.run_config["data"].get("normalize"):
             raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics (checkpoints written "
@@ -141,7 +142,8 @@ class ClipScorer:
                       "video": [f"media/video{video.suffix.lower()}"], "audio": [audio_rel]}).to_csv(
             root / "sessions.csv", index=False)
         stories = {**self.stories(), STORY: story_text}
-        pd.DataFrame({"story_id": list(stories), "text": list(stories.values())}).to_csv(root / "stories.csv", index=False)
+        pd.DataFrame({"story_id": list(stories), "text": list(stories.values())}).to_csv(root / "stories.csv",
+                                                                                          index=False)
         pd.DataFrame(columns=["session_id", "story_id", "empathy"]).to_csv(root / "ratings.csv", index=False)
         (root / "transcripts").mkdir()
         target = root / "transcripts" / f"{SESSION}.csv"
@@ -187,7 +189,8 @@ class ClipScorer:
         for failure in failures:
             error = failure["error"]
             if failure["branch"] == "audio":
-                raise ClipError(f"no audio track could be read ({error}); upload a video with sound or a separate audio file")
+                raise ClipError(f"no audio track could be read ({error}); "
+                                "upload a video with sound or a separate audio file")
             raise ClipError(f"unreadable or unsupported {failure['branch']} input: {error}")
 
     def _predict(self, dataset, store: FeatureStore, warnings: list[str]) -> ClipResult:

@@ -31,7 +31,8 @@ def _text_tab(scorer, flag_csv: Path) -> None:
     if persona_spec:
         with gr.Accordion("Persona (as in training; empty = unknown)", open=True):
             for p in persona_spec:
-                persona_boxes.append(gr.Dropdown([""] + p.choices, value="", label=p.column, elem_id=f"persona-{p.column}")
+                persona_boxes.append(gr.Dropdown([""] + p.choices, value="", label=p.column,
+                                                 elem_id=f"persona-{p.column}")
                                      if p.choices is not None else
                                      gr.Number(label=p.column, value=None, elem_id=f"persona-{p.column}"))
     with gr.Row():
@@ -114,7 +115,8 @@ def _clip_tab(scorer: ClipScorer) -> None:
     submit.click(on_score, [video, audio, transcript_file, transcript_text, story], [rating, timeline, status])
 
 
-def build_app(text_scorer=None, clip_scorer: ClipScorer | None = None, flag_csv: str | Path = "flagged.csv") -> gr.Blocks:
+def build_app(text_scorer=None, clip_scorer: ClipScorer | None = None,
+              flag_csv: str | Path = "flagged.csv") -> gr.Blocks:
     """The Blocks app with a tab per loaded model."""
     if text_scorer is None and clip_scorer is None:
         raise ValueError("give a text model (text_ckpt_path=...), a fusion checkpoint (ckpt_path=...) or both")
