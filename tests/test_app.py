@@ -39,8 +39,10 @@ def text_model(tmp_path_factory) -> Path:
     dm = TextDataModule(None, ["text"], LABELS, "writer", persona_columns=["gender", "empathic_concern"], n_folds=2,
                         batch_size=16, val_fraction=0.25, table=table)
     dm.use_fold(None)
+    encoder = TextEncoder()
+    dm.embedder = encoder  # frozen: batches carry cached embeddings (as src/text/pipeline.py does)
     settings = {"max_epochs": 3}
-    module = fit_module(settings, dm, TextEncoder(), {"accelerator": "cpu"}, seed=0)
+    module = fit_module(settings, dm, encoder, {"accelerator": "cpu"}, seed=0)
     return save_bundle(tmp_path_factory.mktemp("text_model") / "model.pt", module, settings, dm.persona)
 
 
