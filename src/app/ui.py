@@ -33,8 +33,9 @@ def _text_tab(scorer, flag_csv: Path) -> None:
             for p in persona_spec:
                 persona_boxes.append(gr.Dropdown([""] + p.choices, value="", label=p.column,
                                                  elem_id=f"persona-{p.column}")
-                                     if p.choices is not None else
-                                     gr.Number(label=p.column, value=None, elem_id=f"persona-{p.column}"))
+                                     if p.choices is not None else  # a Textbox: gr.Number sends 0 for empty
+                                     gr.Textbox(label=p.column, placeholder="a number; empty = unknown",
+                                                elem_id=f"persona-{p.column}"))
     with gr.Row():
         submit = gr.Button("Score", variant="primary", elem_id="text-submit")
         clear = gr.ClearButton(fields + persona_boxes, value="Clear", elem_id="text-clear")
@@ -46,18 +47,32 @@ def _text_tab(scorer, flag_csv: Path) -> None:
 
     def split(values):
         texts = dict(zip(scorer.fields, values[: len(scorer.fields)]))
-        persona = {p.column: v for p, v in zip(persona_spec, values[len(scorer.fields):])}
+        persona = {}
+        for p, v in zip(persona_spec, values[len(scorer.fields):]):
+            v = None if v is None or str(v).strip() == "" else v
+            if v is not None and p.choices is None:
+                try:
+                    v = float(v)
+                except ValueError:
+                    raise ValueError(f"persona '{p.column}': '{v}' is not a number (leave it empty for unknown)") from None
+            persona[p.column] = v
         return texts, persona
 
     def on_score(*values):
-        texts, persona = split(values)
+        try:
+            texts, persona = split(values)
+        except ValueError as error:
+            return [None] * len(outputs) + [str(error)]
         if not any(t and t.strip() for t in texts.values()):
             return [None] * len(outputs) + ["Type some text first."]
         scores = score_text(scorer, texts, persona)
         return [round(scores[n], 3) for n in scorer.output_names] + ["scored"]
 
     def on_flag(*values):
-        texts, persona = split(values)
+        try:
+            texts, persona = split(values)
+        except ValueError as error:
+            return str(error)
         if not any(t and t.strip() for t in texts.values()):
             return "Nothing to flag: type some text first."
         append_flag(flag_csv, texts, persona, score_text(scorer, texts, persona))
