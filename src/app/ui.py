@@ -54,7 +54,7 @@ def _text_tab(scorer, flag_csv: Path) -> None:
                 try:
                     v = float(v)
                 except ValueError:
-                    raise ValueError(f"persona '{p.column}': '{v}' is not a number (leave it empty for unknown)") from None
+                    raise ValueError(f"persona '{p.column}': '{v}' is not a number (empty = unknown)") from None
             persona[p.column] = v
         return texts, persona
 
