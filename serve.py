@@ -1,4 +1,6 @@
-"""Serve the empathy scoring page for a trained text model: python serve.py ckpt_path=.../model.pt"""
+"""Serve the Gradio app (see conf/serve.yaml):
+    python serve.py ckpt_path=path/to/fusion.ckpt text_ckpt_path=path/to/model.pt   (either or both)
+"""
 import hydra
 from omegaconf import DictConfig
 
@@ -7,18 +9,14 @@ import src.utils  # noqa: F401  (registers the project_root resolver)
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="serve")
 def main(cfg: DictConfig) -> None:
-    from src.text.scorer import TextScorer
-    from src.text.serve import make_server
+    from src.app.clip import ClipScorer
+    from src.app.text import load_text_scorer
+    from src.app.ui import build_app, launch
 
-    server = make_server(TextScorer.load(cfg.ckpt_path), cfg.host, cfg.port, cfg.flag_csv)
-    host, port = server.server_address[:2]
-    print(f"scoring page on http://{host}:{port}/ (flags -> {cfg.flag_csv}); Ctrl+C stops")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    text = load_text_scorer(cfg.text_ckpt_path) if cfg.text_ckpt_path else None
+    clip = ClipScorer(cfg.ckpt_path, cfg.max_upload_mb) if cfg.ckpt_path else None
+    print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")
+    launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port)
 
 
 if __name__ == "__main__":

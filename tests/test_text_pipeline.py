@@ -1,18 +1,12 @@
 """Text models on the one path, on synthetic tables with planted signal: a fold trained by
 src.pipeline.train against its baselines, the self-describing checkpoint and TextScorer, the
 robustness report, evaluate.py on a checkpoint (own fold, new CSV) and on a sweep, a failing job of
-a multirun, Optuna, fine-tuning, and the scoring page driven in headless Chromium."""
+a multirun, Optuna and fine-tuning (the web app's Text tab is tested in tests/test_app.py)."""
 from __future__ import annotations
 
-import csv
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import threading
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -129,53 +123,6 @@ def test_optuna_searches_a_text_model_on_a_validation_metric(run, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     best = (sweep / "optimization_results.yaml").read_text()
     assert "best_value" in best and "model.optimizer.lr" in best
-
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.mark.skipif(not CHROMIUM.exists() and os.environ.get("CI") != "true",
-                    reason="needs Debian chromium (.ci/run installs it; in CI this test must run)")
-def test_scoring_page_in_headless_chromium(run, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    from src.text.serve import make_server
-
-    results, _, _ = run
-    scorer = TextScorer.load(results["best_checkpoint"])
-    flags = tmp_path / "flagged.csv"
-    server = make_server(scorer, "127.0.0.1", 0, flags)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    text = "I am so sorry. My heart goes out to you. Maybe take a short walk."
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-                                                           headless=True, timeout=60000)
-            page = browser.new_page()
-            page.set_default_timeout(30000)
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
-            page.fill("#field-text", text)
-            page.click("#submit")
-            page.wait_for_function("document.getElementById('status').textContent === 'scored'")
-            shown = {name: float(page.text_content(f"#score-{name}")) for name in scorer.output_names}
-            page.click("#flag")
-            page.wait_for_function("document.getElementById('status').textContent === 'flagged'")
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
-        shutil.rmtree(profile, ignore_errors=True)
-    expected = {k: float(v[0]) for k, v in scorer.score({"text": [text]}).items()}
-    assert shown == pytest.approx(expected, abs=1e-3)
-    with flags.open() as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 1 and rows[0]["text"] == text
-    assert float(rows[0]["overall"]) == pytest.approx(expected["overall"], abs=1e-6)
 
 
 def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):

@@ -72,6 +72,52 @@ def per_participant_r(breakdown: pd.DataFrame, title: str = "Pearson r per test 
     return fig
 
 
+def empathy_timeline(curves: dict[str, tuple[np.ndarray, np.ndarray]], rated: dict[str, float] | None = None,
+                     masks: dict[str, np.ndarray] | None = None, fps: float = 15.0, xlabel: str = "time (s)",
+                     title: str = "Predicted empathy over time") -> Figure:
+    """Predicted empathy per window (one line per curve, 1-5), each curve's self-rating as a dashed
+    line of its colour, and per-frame masks (e.g. face found, speech) as strips beneath."""
+    masks = {k: np.asarray(v, bool) for k, v in (masks or {}).items() if v is not None}
+    heights = [3.0] + [0.35] * len(masks)
+    fig, axes = plt.subplots(1 + len(masks), 1, figsize=(8, sum(heights) + 1.0), sharex=bool(masks),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    ax = axes[0, 0]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (label, (x, y)) in enumerate(curves.items()):
+        color = colors[k % len(colors)]
+        ax.plot(x, y, "o-" if len(x) < 40 else "-", ms=3, color=color, label=f"{label}: predicted")
+        if rated and np.isfinite(rated.get(label, np.nan)):
+            ax.axhline(rated[label], color=color, ls="--", lw=1, label=f"{label}: self-rated {rated[label]:g}")
+    ax.set(ylim=(0.8, 5.2), ylabel="empathy (1-5)", title=title)
+    ax.legend(fontsize=7, loc="upper right")
+    for row, (name, mask) in enumerate(masks.items(), start=1):
+        strip = axes[row, 0]
+        seconds = np.arange(len(mask) + 1) / fps
+        strip.pcolormesh(seconds, [0, 1], mask[None, :].astype(float), cmap="Greens", vmin=0, vmax=1.3,
+                         shading="flat")
+        strip.set_yticks([0.5], [name], fontsize=8)
+    axes[-1, 0].set_xlabel(xlabel)
+    fig.tight_layout()
+    return fig
+
+
+def session_timelines(window_table: pd.DataFrame, out_dir: Path | str) -> list[Path]:
+    """One PNG per session: predicted empathy over each rated story's windows next to its self-rating.
+
+    Local files only (they name sessions): never pass these figures to `log_figure`.
+    """
+    paths = []
+    for session_id, session in window_table.groupby("session_id", sort=True):
+        curves, rated = {}, {}
+        for story_id, windows in session.groupby("story_id", sort=True):
+            curves[story_id] = (np.arange(len(windows)), windows["predicted"].to_numpy())
+            rated[story_id] = float(windows["rated"].iloc[0])
+        fig = empathy_timeline(curves, rated, xlabel="window of the phase (in order, one per stride)",
+                               title=f"Session {session_id}: predicted empathy per window")
+        paths.append(save_figure(fig, Path(out_dir) / f"{session_id}.png"))
+    return paths
+
+
 def modality_ablation(summary: pd.DataFrame, metric: str = "pearson", scale: float = 100.0,
                       title: str | None = None) -> Figure:
     """Grouped bars: one group per model, one bar per modality subset, error bars = std over runs."""

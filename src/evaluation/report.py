@@ -1,8 +1,9 @@
 """The test report of one run: predictions with who made them, thresholds, per-participant
 breakdown, participant-bootstrap CIs and plots. `src.pipeline.report_test` calls `build_report`.
 
-Participant ids stay in local files (test_predictions.csv, test_per_participant.csv and its PNG);
-only figures without ids go to the attached loggers.
+Participant ids stay in local files (test_predictions.csv, test_per_participant.csv and its PNG,
+test_timelines/<session>.png: predicted empathy per window next to the self-ratings); only figures
+without ids go to the attached loggers.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from src.datamodules.window_dataset import target_to_rating
 from src.utils import PROJECT_ROOT
 from src.evaluation.participants import bootstrap_ci, per_participant
-from src.evaluation.plots import log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure
+from src.evaluation.plots import (log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure,
+                                  session_timelines)
 from src.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,7 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
             save_figure(fig, out_dir / f"{name.replace('/', '_')}.png")
         if len(breakdown):
             save_figure(per_participant_r(breakdown), out_dir / "test_per_participant_r.png")  # local only: ids
+        session_timelines(tables["window"], out_dir / "test_timelines")  # local only: session ids
     r_defined = breakdown.loc[breakdown["r_defined"], "pearson"] if len(breakdown) else pd.Series(dtype=float)
     participants = {"n": int(len(breakdown)), "n_r_defined": int(len(r_defined)),
                     "mean_r": float(r_defined.mean()) if len(r_defined) else float("nan"),

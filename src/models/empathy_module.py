@@ -33,6 +33,7 @@ OPTIMIZER_DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "op
 SCHEDULER_DEFAULTS: dict[str, Any] = yaml.safe_load((PROJECT_ROOT / "conf" / "scheduler" / "step_lr.yaml").read_text())
 CHECKPOINT_KEY = "empathic_fusion"
 CHECKPOINT_FORMAT = 1
+STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
 
 
 class FeatureMismatchError(ValueError):
@@ -93,6 +94,7 @@ class EmpathyModule(L.LightningModule):
         })  # "train" itself would clash with nn.Module.train
         self.results: dict[str, dict[str, dict[str, float]]] = {}
         self.test_predictions: dict[str, torch.Tensor] = {}
+        self.normalization: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def describe(self) -> dict[str, Any]:
         """The self-description stored in every checkpoint."""
@@ -126,9 +128,17 @@ class EmpathyModule(L.LightningModule):
         input_dims = getattr(datamodule, "input_dims", None)
         if input_dims:  # fail before the first batch when the datamodule already knows its dims
             self.check_input_dims(input_dims, getattr(datamodule, "modalities", None))
+        stats = getattr(datamodule, "stats", None)
+        if stats:  # kept with the weights: a new clip (serve.py) is z-scored like the training split
+            self.normalization = {m: (torch.as_tensor(mean), torch.as_tensor(std)) for m, (mean, std) in stats.items()}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = self.describe()
+        if self.normalization:
+            checkpoint[STATS_KEY] = self.normalization
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.normalization = dict(checkpoint.get(STATS_KEY) or {})
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         pred = self(batch)
