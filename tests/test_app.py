@@ -28,22 +28,18 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists() and os.environ.get("CI
 
 @pytest.fixture(scope="module")
 def text_model(tmp_path_factory) -> Path:
-    """A tiny text regressor with persona columns (frozen packaged encoder, a few epochs)."""
-    from src.text.datamodule import TextDataModule
-    from src.text.encoder import TextEncoder
-    from src.text.pipeline import fit_module
-    from src.text.scorer import save_bundle
+    """A tiny text regressor with persona columns trained by the one training path (frozen packaged encoder)."""
+    from src.pipeline import train
     from src.text.synthetic import make_text_table
 
-    table = make_text_table(16, 2, seed=0, persona_effect=True)
-    dm = TextDataModule(None, ["text"], LABELS, "writer", persona_columns=["gender", "empathic_concern"], n_folds=2,
-                        batch_size=16, val_fraction=0.25, table=table)
-    dm.use_fold(None)
-    encoder = TextEncoder()
-    dm.embedder = encoder  # frozen: batches carry cached embeddings (as src/text/pipeline.py does)
-    settings = {"max_epochs": 3}
-    module = fit_module(settings, dm, encoder, {"accelerator": "cpu"}, seed=0)
-    return save_bundle(tmp_path_factory.mktemp("text_model") / "model.pt", module, settings, dm.persona)
+    root = tmp_path_factory.mktemp("text_model")
+    make_text_table(16, 2, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
+    cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={root / 'table.csv'}",
+                          "data.text_columns=[text]", f"data.label_columns=[{','.join(LABELS)}]",
+                          "data.group_column=writer", "data.cv_folds=2", "data.persona_columns=[gender,empathic_concern]",
+                          "model.net.encoder.cache_dir=null", "trainer.max_epochs=3", "trainer.enable_progress_bar=false",
+                          "trainer.accelerator=cpu", "logger=none", "model.baselines.enabled=false"], root / "out")
+    return Path(train(cfg)["best_checkpoint"])
 
 
 @pytest.fixture(scope="module")
