@@ -15,8 +15,8 @@ from torch import nn
 class MaskedBatchNorm(nn.Module):
     """BatchNorm1d over the valid frames only. The valid frames are gathered into one (n, F) matrix
     and normalised by torch's own fused batch norm (statistics, running averages with the unbiased
-    variance, backward), then scattered back into zeros: 3-4x cheaper on CPU, forward + backward,
-    than masked element-wise statistics (benchmarks/models_vs_mmsa.py, EF-LSTM)."""
+    variance, backward), then scattered back into zeros: 3.2-4.6x cheaper on CPU, forward + backward,
+    than masked element-wise statistics at EF-LSTM's video size (64 x 120 x 2762)."""
 
     def __init__(self, num_features: int, momentum: float = 0.1, eps: float = 1e-5):
         super().__init__()
