@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from src.dataset import load_dataset
 from src.datamodules.empathy_datamodule import EmpathyDataModule, speech_mask
 from src.features.branches import with_defaults
-from src.features.extract import extract_features, parse_shard
+from src.features.extract import branch_signature, extract_features, parse_shard
 from src.features.store import FeatureStore
 from src.utils import PROJECT_ROOT
 from tests.conftest import FEATURES_CFG
@@ -19,22 +19,24 @@ from tests.conftest import FEATURES_CFG
 CNN_DIM = 8
 
 
-def _plant_cnn(store: FeatureStore, sessions: list[str]) -> None:
+def _plant_cnn(store: FeatureStore, dataset, cfg: dict) -> None:
     """A stand-in CNN branch (the real one is too slow for the suite on CPU): row t of session s holds
-    t + s_index in every column, and every 4th frame has no embedding (mask 0)."""
-    for i, sid in enumerate(sessions):
+    t + s_index in every column, and every 4th frame has no embedding (mask 0). It is recorded with the
+    signature a real extraction would record, so the datamodule sees it as fresh."""
+    for i, sid in enumerate(dataset.sessions.index):
+        signature = branch_signature(store, dataset, sid, "cnn", with_defaults(cfg))
         n = int(store.entry(sid, "face")["n_frames"])
         features = np.repeat((np.arange(n, dtype=np.float32) + i)[:, None], CNN_DIM, axis=1)
         mask = (np.arange(n) % 4 != 0).astype(np.uint8)
         store.write_branch(sid, "cnn", {"features": features.astype(np.float16), "mask": mask},
-                           {"extractor": "planted"}, {"n_frames": n})
+                           signature, {"n_frames": n})
 
 
 def test_video_is_face_plus_cnn_and_text_is_sbert_plus_glove(tiny_dataset, store_copy):
     store = FeatureStore(store_copy)
     dataset = load_dataset(tiny_dataset)
-    _plant_cnn(store, list(dataset.sessions.index))
     cfg = {**FEATURES_CFG, "modalities": {"video": ["face", "cnn"], "audio": ["audio"], "text": ["text", "glove"]}}
+    _plant_cnn(store, dataset, cfg)
     report = extract_features(dataset, store, ["text"], cfg, progress=False)
     assert sorted({b for _, b in report.extracted}) == ["glove"]  # SBERT was fresh; only GloVe was missing
     dm = EmpathyDataModule(str(tiny_dataset), str(store_copy), ["video", "text"], cfg, batch_size=4, extract_workers=1)

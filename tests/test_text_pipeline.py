@@ -103,7 +103,7 @@ def test_multirun_over_folds_records_a_failing_job_and_builds_sweep_tables(run, 
     done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     failure = json.loads((sweep / "failures" / "1.json").read_text())
-    assert "data.cv_fold=7" in failure["overrides"] and "cv_fold=7 outside 0..2" in failure["error"]
+    assert "data.cv_fold=7" in failure["overrides"] and "data.cv_fold=7: must be in 0..2" in failure["error"]
     assert (sweep / "0" / "test_metrics.json").exists()
     tables = subprocess.run([sys.executable, "evaluate.py", f"sweep_dir={sweep}", "tables.plots=false",
                              f"hydra.run.dir={tmp_path / 'tables'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,

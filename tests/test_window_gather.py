@@ -58,8 +58,8 @@ def test_equal_with_multi_branch_modalities_and_failed_branches(tiny_dataset, st
     store = FeatureStore(store_copy)
     dataset = load_dataset(tiny_dataset)
     sessions = list(dataset.sessions.index)
-    _plant_cnn(store, sessions)
     cfg = {**FEATURES_CFG, "modalities": {"video": ["face", "cnn"], "audio": ["audio"], "text": ["text", "glove"]}}
+    _plant_cnn(store, dataset, cfg)
     extract_features(dataset, store, ["text"], cfg, progress=False)
     (store_copy / "sessions" / sessions[0] / "face" / "features.npy").unlink()
     (store_copy / "sessions" / sessions[1] / "audio" / "mask.npy").unlink()

@@ -60,7 +60,7 @@ RULES = (
     Rule("data.cv_fold", "an integer >= 0 (or null for a text run on every row)", _integer(0), optional=True),
     Rule("data.scenario", "story_share or reflection", lambda v: v in ("story_share", "reflection")),
     Rule("data.on_stale", "mask or error", lambda v: v in ("mask", "error")),
-    Rule("model.optimizer.lr", "a number > 0", _between(0, math.inf, low_open=True)),
+    Rule("model.optimizer.lr", "a learning rate > 0", _between(0, math.inf, low_open=True)),
     Rule("model.optimizer.weight_decay", "a number >= 0", _between(0, math.inf)),
     Rule("evaluation.threshold", "fixed or validation", lambda v: v in ("fixed", "validation")),
     Rule("evaluation.bootstrap", "an integer >= 0 (participant resamples; 0 = no intervals)", _integer(0)),
