@@ -161,7 +161,7 @@ class EmpathyDataModule(L.LightningDataModule):
                 found = 0
                 for branch in self.branches[modality]:
                     masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
-                    entry = store.entry(sid, branch)
+                    entry = store.manifest(sid).get(branch)  # recorded, even if a file is gone since
                     problem = None if entry is None else _branch_problem(store, dataset, sid, branch, entry,
                                                                          features, identity, branch_signature)
                     if entry is None:

@@ -31,8 +31,10 @@ from tqdm import tqdm
 from src.demo import text as bank
 from src.demo.face import write_face_video
 from src.demo.speech import SAMPLE_RATE, Voice, synthesize_track, write_wav
+from src.features.store import respect_umask
 
 GENERATOR_VERSION = 1
+MIN_UTTERANCE_S = 0.25  # shortest transcript row the generator writes
 CUT_POINTS = (-1.5, -0.7, 0.1, 0.9)  # in units of sd(e): about 7/17/30/28/18 % of ratings 1..5
 
 
@@ -60,6 +62,20 @@ class DemoConfig:
     story_deviation_sd: float = 0.6
     noise_sd: float = 0.4
     own_topic_probability: float = 0.45
+
+    def __post_init__(self) -> None:
+        """Phases too short for their utterances would give empty or reversed transcript rows."""
+        shortest = {  # (the phase's spoken part) / (utterances in it) must leave MIN_UTTERANCE_S each
+            "warm_up_s": (0.5 * self.warm_up_s - 0.2, 1), "story_share_s": (self.story_share_s, 4),
+            "story_receive_s": (self.story_receive_s, 1), "reflection_s": (self.reflection_s - 2.2, 2),
+            "cool_down_s": (0.4 * self.cool_down_s - 0.1, 1)}
+        for name, (spoken, n) in shortest.items():
+            if spoken / n - (0.4 if n > 1 else 0.0) < MIN_UTTERANCE_S:
+                raise ValueError(f"DemoConfig.{name}={getattr(self, name)}: too short for its {n} utterance(s) of at "
+                                 f"least {MIN_UTTERANCE_S} s; make it longer")
+        for name in ("n_participants", "sessions_per_participant", "stories_per_session", "fps", "frame_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"DemoConfig.{name}={getattr(self, name)}: must be >= 1")
 
 
 def _sigmoid(x: np.ndarray | float) -> np.ndarray | float:
@@ -239,6 +255,7 @@ def generate_demo(out: str | Path, cfg: DemoConfig = DemoConfig(), workers: int 
     tables, transcripts, jobs = plan_demo(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    respect_umask(work, directory=True)  # a lab's shared demo folder stays readable to colleagues
     try:
         (work / "media").mkdir()
         (work / "transcripts").mkdir()

@@ -42,7 +42,7 @@ def _umask() -> int:
     return current
 
 
-def _respect_umask(path: Path, directory: bool) -> None:
+def respect_umask(path: Path, directory: bool) -> None:
     """tempfile creates 0700 folders and 0600 files; give them the permissions a plain mkdir/open would."""
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
@@ -50,7 +50,7 @@ def _respect_umask(path: Path, directory: bool) -> None:
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    _respect_umask(Path(tmp), directory=False)
+    respect_umask(Path(tmp), directory=False)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
         handle.flush()
@@ -172,7 +172,7 @@ class FeatureStore:
         for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
             shutil.rmtree(leftover, ignore_errors=True)  # from a killed run; one writer per session
         tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-", dir=owner_dir))
-        _respect_umask(tmp, directory=True)
+        respect_umask(tmp, directory=True)
         records = {}
         try:
             for name, array in arrays.items():
