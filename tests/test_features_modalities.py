@@ -9,7 +9,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule, speech_mask
+from src.datamodules.empathy_datamodule import EmpathyDataModule
+from src.features.speech import speech_mask
 from src.features.branches import with_defaults
 from src.features.extract import branch_signature, extract_features, parse_shard
 from src.features.store import FeatureStore

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule, StaleFeaturesError
+from src.datamodules.empathy_datamodule import EmpathyDataModule
+from src.features.freshness import StaleFeaturesError
 from src.features.extract import extract_features
 from src.features.store import FeatureStore, StoreIntegrityError
 from tests.conftest import FEATURES_CFG

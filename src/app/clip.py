@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 import yaml
 
-from src.datamodules.empathy_datamodule import speech_mask
-from src.datamodules.window_dataset import WindowDataset, target_to_rating
+from src.features.speech import speech_mask
+from src.datamodules.window_dataset import FrameSource, WindowDataset, target_to_rating
 from src.datamodules.windows import window_starts
 from src.dataset import TRAIT_COLUMNS, DatasetError, load_dataset
 from src.features.branches import INDEXED, modality_branches, with_defaults
@@ -227,9 +227,10 @@ class ClipScorer:
         input_dims.update(story=int(embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
         self.model.check_input_dims(input_dims, self.modalities)
         stats = {m: (mean.numpy(), std.numpy()) for m, (mean, std) in self.model.normalization.items()}
-        data = WindowDataset(store, windows, ratings, self.modalities, self.window_frames, {SESSION: n_frames},
-                             {SESSION: speaking}, embeddings, {s: i for i, s in enumerate(stories["story_ids"])},
-                             dataset.participants[list(TRAIT_COLUMNS)], stats, set(), input_dims, branches, branch_dims)
+        source = FrameSource(store, branches, branch_dims, {SESSION: n_frames},
+                             {SESSION: speaking}, stats)
+        data = WindowDataset(source, windows, ratings, self.window_frames, embeddings,
+                             {s: i for i, s in enumerate(stories["story_ids"])}, dataset.participants[list(TRAIT_COLUMNS)])
         batch = torch.utils.data.default_collate([data[i] for i in range(len(data))])
         with torch.no_grad():
             pred = self.model(batch).float()

@@ -20,65 +20,19 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from src.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from src.datamodules.sampler import RatingOversampler, _world
+from src.datamodules.statistics import normalisation_stats
 from src.datamodules.splits import load_or_create_split, participant_folds
-from src.datamodules.window_dataset import WindowDataset
+from src.datamodules.window_dataset import FrameSource, WindowDataset
 from src.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from src.datamodules.windows import build_windows
 from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
 from src.features.extract import MEDIA_BRANCHES, extract_features
-from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, canonical_hash
+from src.features.freshness import StaleFeaturesError, branch_problem
+from src.features.speech import speech_mask
+from src.features.store import DATASET_KEY, FeatureStore, canonical_hash
 
 log = logging.getLogger(__name__)
 STALE_POLICIES = ("mask", "error")
-
-
-class StaleFeaturesError(RuntimeError):
-    """Stored features that no longer match the dataset or config (or are damaged), with on_stale=error."""
-
-
-def _signature_difference(stored: dict, expected: dict) -> str:
-    """Which parts of a branch's signature changed, in words."""
-    changed = [f"input '{k}'" for k in sorted(set(stored.get("inputs", {})) | set(expected.get("inputs", {})))
-               if stored.get("inputs", {}).get(k) != expected.get("inputs", {}).get(k)]
-    changed += [part for part in ("extractor", "version", "config") if stored.get(part) != expected.get(part)]
-    return ", ".join(changed) or "signature"
-
-
-def _branch_problem(store: FeatureStore, dataset: EmpathyDataset, sid: str, branch: str, entry: dict,
-                    features: dict, identity: str, branch_signature) -> str | None:
-    """Why a stored branch must not be read (stale or damaged), or None."""
-    try:
-        expected = branch_signature(store, dataset, sid, branch, features, identity)
-    except (OSError, ValueError) as error:
-        return f"stale: its input can no longer be read ({error})"
-    if entry["signature"] != expected:
-        return (f"stale: the stored features were extracted from other inputs or settings than the dataset and "
-                f"config now give ({_signature_difference(entry['signature'], expected)} changed)")
-    problems = store.check_branch(sid, branch)
-    return f"damaged: {'; '.join(problems)}" if problems else None
-
-
-def speaking_frames(transcript, n_frames: int, fps: float) -> np.ndarray:
-    """Frames whose centre falls inside a participant utterance."""
-    centres = (np.arange(n_frames) + 0.5) / fps
-    mask = np.zeros(n_frames, dtype=bool)
-    for row in transcript[transcript.speaker == "participant"].itertuples():
-        mask |= (centres >= row.start) & (centres < row.end)
-    return mask
-
-
-def speech_mask(transcript, n_frames: int, fps: float, voiced: np.ndarray | None,
-                policy: str = "transcript_or_voicing") -> np.ndarray:
-    """Frames where the participant speaks: per the transcript, per openSMILE voicing, or the transcript
-    when it has participant speech and voicing otherwise (the audio mask is ANDed with it)."""
-    if policy not in ("transcript", "voicing", "transcript_or_voicing"):
-        raise ValueError(f"features.audio.speech_mask must be transcript, voicing or transcript_or_voicing, got '{policy}'")
-    from_transcript = speaking_frames(transcript, n_frames, fps)
-    if policy == "transcript" or voiced is None or (policy == "transcript_or_voicing" and from_transcript.any()):
-        return from_transcript
-    mask = np.zeros(n_frames, dtype=bool)
-    mask[: min(n_frames, len(voiced))] = np.asarray(voiced[:n_frames]) > 0
-    return mask
 
 
 class EmpathyDataModule(L.LightningDataModule):
@@ -146,7 +100,6 @@ class EmpathyDataModule(L.LightningDataModule):
         for branches that are absent, stale (extracted from other inputs or settings than the dataset and
         config now give) or damaged. Stale and damaged branches are never read: masked with a warning,
         or an error when `on_stale=error`."""
-        from src.features.extract import branch_signature
         from src.features.text_sbert import encoder_identity
 
         features = with_defaults(self.features)
@@ -162,8 +115,8 @@ class EmpathyDataModule(L.LightningDataModule):
                 for branch in self.branches[modality]:
                     masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
                     entry = store.manifest(sid).get(branch)  # recorded, even if a file is gone since
-                    problem = None if entry is None else _branch_problem(store, dataset, sid, branch, entry,
-                                                                         features, identity, branch_signature)
+                    problem = None if entry is None else branch_problem(store, dataset, sid, branch, entry,
+                                                                        features, identity)
                     if entry is None:
                         self.warnings.append(f"session '{sid}': no {branch} features in the store "
                                              f"(see {store.root / 'failures.json'}); {masked} is masked for it")
@@ -241,52 +194,6 @@ class EmpathyDataModule(L.LightningDataModule):
                                  f"{self.modalities}: " + ", ".join(f"{s} ({n})" for s, n in dropped.items()))
         return windows[keep].reset_index(drop=True)
 
-    def _stats(self, windows, speaking, missing, store: FeatureStore) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per-feature mean and std over the valid frames that training windows cover."""
-        stats = {}
-        for modality in self.normalize:
-            means, stds = [], []
-            for branch in self.branches[modality]:
-                branch_stats = self._branch_stats(modality, branch, windows, speaking, missing, store)
-                if branch_stats is None:
-                    break
-                means.append(branch_stats[0])
-                stds.append(branch_stats[1])
-            else:
-                stats[modality] = (np.concatenate(means), np.concatenate(stds))
-        return stats
-
-    def _branch_stats(self, modality, branch, windows, speaking, missing, store) -> tuple[np.ndarray, np.ndarray] | None:
-        """Mean and std of one branch over its valid frames in training windows (indexed branches: 0, 1)."""
-        if branch in INDEXED:
-            dim = self.branch_dims[branch]
-            return np.zeros(dim, dtype=np.float32), np.ones(dim, dtype=np.float32)
-        total = total_sq = None
-        count = 0
-        for sid, group in windows.groupby("session_id"):
-            if (sid, modality) in missing or (sid, modality, branch) in missing:
-                continue
-            features = store.load(sid, branch, "features")
-            covered = np.zeros(len(features), dtype=bool)
-            for start in group.start:
-                covered[max(start, 0): start + self.window_frames] = True
-            covered &= store.load(sid, branch, "mask") > 0
-            if modality == "audio":
-                covered &= speaking[sid][: len(covered)]
-            values = np.asarray(features[covered], dtype=np.float64)
-            if not np.isfinite(values).all():  # the store never writes NaN/Inf: the file was damaged since
-                raise StoreIntegrityError(f"feature store file {store.branch_dir(sid, branch) / 'features.npy'} "
-                                          f"(session '{sid}', branch '{branch}') holds NaN/Inf; run `python "
-                                          f"extract.py verify=true` to find and redo damaged branches")
-            total = values.sum(0) if total is None else total + values.sum(0)
-            total_sq = (values ** 2).sum(0) if total_sq is None else total_sq + (values ** 2).sum(0)
-            count += len(values)
-        if not count:
-            return None
-        mean = total / count
-        std = np.sqrt(np.maximum(total_sq / count - mean ** 2, 0.0))
-        return mean.astype(np.float32), np.where(std < 1e-6, 1.0, std).astype(np.float32)
-
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
@@ -330,26 +237,24 @@ class EmpathyDataModule(L.LightningDataModule):
         train_windows = windows[windows.split == "train"]
         self.branch_dims = {b: self._branch_dim(store, b, session_frames)
                             for m in self.modalities for b in self.branches[m]}
-        self.stats = self._stats(train_windows, speaking, missing, store)
+        self.stats = normalisation_stats(store, train_windows, {m: self.branches[m] for m in self.normalize},
+                                         self.branch_dims, self.window_frames, speaking, missing)
         story_ids = stories["story_ids"]
         story_embeddings = np.asarray(store.load(DATASET_KEY, "stories", "embeddings"), dtype=np.float32)
         story_rows = {s: i for i, s in enumerate(story_ids)}
-        self.input_dims = {m: sum(self.branch_dims[b] for b in self.branches[m]) for m in self.modalities}
-        self.input_dims.update(story=int(story_embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
+        source = FrameSource(store, self.branches, self.branch_dims, session_frames, speaking, self.stats, missing)
+        self.input_dims = {**source.dims, "story": int(story_embeddings.shape[1]), "traits": len(TRAIT_COLUMNS)}
         traits = dataset.participants[list(TRAIT_COLUMNS)]
         if self.loader == "batched":
-            self.frames = FrameArrays(store, session_frames, self.branches, missing, speaking, self.stats,
-                                      self.branch_dims)
+            self.frames = FrameArrays(source)
         for split in ("train", "val", "test"):
             if self.loader == "batched":
                 self.datasets[split] = WindowBatches(
                     self.frames, windows[windows.split == split], dataset.ratings, self.window_frames, session_frames,
                     story_embeddings, story_rows, traits)
             else:
-                self.datasets[split] = WindowDataset(
-                    store, windows[windows.split == split], dataset.ratings, self.modalities, self.window_frames,
-                    session_frames, speaking, story_embeddings, story_rows, traits,
-                    self.stats, missing, self.input_dims, self.branches, self.branch_dims)
+                self.datasets[split] = WindowDataset(source, windows[windows.split == split], dataset.ratings,
+                                                     self.window_frames, story_embeddings, story_rows, traits)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
         self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
                                                  excluded=self.unused_branches)

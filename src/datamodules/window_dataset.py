@@ -13,12 +13,14 @@ mask 0 and zero features.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from src.features.branches import DEFAULTS, INDEXED
+from src.features.branches import INDEXED
 from src.features.store import FeatureStore, StoreIntegrityError
 
 
@@ -42,27 +44,50 @@ def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings
     return targets, rated.empathy.to_numpy(), story, np.nan_to_num((trait_values - 3.0) / 2.0).astype(np.float32), trait_mask
 
 
+@dataclass(frozen=True)
+class FrameSource:
+    """What windows read from the store, for every loader (WindowDataset, the batched FrameArrays, the
+    app): per modality its branches in column order and their widths, each session's length on the
+    dataset clock, where the participant speaks (the audio mask), the training statistics that z-score
+    each modality, and the masked (session, modality) and (session, modality, branch)."""
+
+    store: FeatureStore
+    branches: dict[str, list[str]]
+    branch_dims: dict[str, int]
+    session_frames: dict[str, int]
+    speaking: dict[str, np.ndarray]
+    stats: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    missing: frozenset | set = frozenset()
+
+    @property
+    def modalities(self) -> list[str]:
+        return list(self.branches)
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """Per modality, the width of x (its branches side by side)."""
+        return {m: sum(self.branch_dims[b] for b in names) for m, names in self.branches.items()}
+
+
 class WindowDataset(Dataset):
-    def __init__(self, store: FeatureStore, windows: pd.DataFrame, ratings: pd.DataFrame, modalities: list[str],
-                 length: int, session_frames: dict[str, int], speaking: dict[str, np.ndarray],
-                 story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame,
-                 stats: dict[str, tuple[np.ndarray, np.ndarray]], missing: set[tuple[str, str]] = frozenset(),
-                 dims: dict[str, int] | None = None, branches: dict[str, list[str]] | None = None,
-                 branch_dims: dict[str, int] | None = None):
-        self.store = store
+    """The per-window reference loader: window i of `windows` read from `source` (see the module doc)."""
+
+    def __init__(self, source: FrameSource, windows: pd.DataFrame, ratings: pd.DataFrame, length: int,
+                 story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame):
+        self.store = source.store
         self.windows = windows.reset_index(drop=True)
-        self.modalities = list(modalities)
+        self.modalities = source.modalities
         self.length = length
-        self.session_frames = session_frames
-        self.speaking = speaking
-        self.stats = stats
-        self.missing = missing  # (session, modality) or (session, modality, branch) that failed: masked
-        self.branches = branches or {m: list(DEFAULTS["modalities"][m]) for m in self.modalities}
-        self.branch_dims = branch_dims or {}
+        self.session_frames = source.session_frames
+        self.speaking = source.speaking
+        self.stats = source.stats
+        self.missing = source.missing  # (session, modality) or (session, modality, branch) that failed: masked
+        self.branches = source.branches
+        self.branch_dims = source.branch_dims
         labels = window_labels(self.windows, ratings, story_embeddings, story_rows, traits)
         self.targets, self.ratings, self.story, self.traits, self.traits_mask = labels
         self._arrays: dict[tuple[str, str, str], np.ndarray] = {}
-        self.dims = dims or {}
+        self.dims = source.dims
 
     def __len__(self) -> int:
         return len(self.windows)
@@ -111,7 +136,7 @@ class WindowDataset(Dataset):
         if (session_id, modality) in self.missing:
             return np.zeros((self.length, dim), dtype=np.float32), np.zeros(self.length, dtype=bool)
         names = self.branches[modality]
-        parts = [self._branch(session_id, modality, b, start, self.branch_dims.get(b, dim)) for b in names]
+        parts = [self._branch(session_id, modality, b, start, self.branch_dims[b]) for b in names]
         x = np.concatenate([p[0] for p in parts], axis=1) if len(parts) > 1 else parts[0][0]
         mask = np.logical_or.reduce([p[1] for p in parts])
         if modality == "audio":

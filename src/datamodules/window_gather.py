@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from src.datamodules.window_dataset import window_labels
+from src.datamodules.window_dataset import FrameSource, window_labels
 from src.features.branches import INDEXED
-from src.features.store import FeatureStore, StoreIntegrityError
+from src.features.store import StoreIntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -51,22 +51,20 @@ class FrameArrays:
     concatenated `<branch>/table`, -1 = nothing).
     """
 
-    def __init__(self, store: FeatureStore, session_frames: dict[str, int], branches: dict[str, list[str]],
-                 missing: set, speaking: dict[str, np.ndarray],
-                 stats: dict[str, tuple[np.ndarray, np.ndarray]], branch_dims: dict[str, int]):
-        self.branches = {m: list(b) for m, b in branches.items()}
+    def __init__(self, source: FrameSource):
+        self.branches = {m: list(b) for m, b in source.branches.items()}
         self.offsets, row = {}, 0
-        for sid, n in session_frames.items():
+        for sid, n in source.session_frames.items():
             self.offsets[sid] = row
             row += int(n)
         self.rows = row  # the padding row's position
         self.tensors: dict[str, torch.Tensor] = {}
         self.pieces: dict[str, list[tuple[str, str]]] = {}
         for modality, names in self.branches.items():
-            self._modality(store, session_frames, modality, names, missing, speaking, stats.get(modality), branch_dims)
+            self._modality(source.store, source.session_frames, modality, names, source.missing, source.speaking,
+                           source.stats.get(modality), source.branch_dims)
 
     def _modality(self, store, session_frames, modality, names, missing, speaking, stats, branch_dims) -> None:
-        dense = [b for b in names if b not in INDEXED]
         columns, column = {}, 0
         for branch in names:
             columns[branch] = (column, column + branch_dims[branch])
