@@ -25,8 +25,8 @@ from src.datamodules.splits import load_or_create_split, participant_folds
 from src.datamodules.window_dataset import FrameSource, WindowDataset
 from src.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from src.datamodules.windows import build_windows
-from src.features.branches import INDEXED, MODALITIES, modality_branches, with_defaults
-from src.features.extract import MEDIA_BRANCHES, extract_features
+from src.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, modality_branches, with_defaults
+from src.features.extract import extract_features
 from src.features.freshness import StaleFeaturesError, branch_problem
 from src.features.speech import speech_mask
 from src.features.store import DATASET_KEY, FeatureStore, canonical_hash

@@ -9,6 +9,7 @@ onto every frame.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -16,9 +17,29 @@ import yaml
 from src.utils import PROJECT_ROOT
 
 MODALITIES = ("video", "audio", "text")
-BRANCH_MODALITY = {"face": "video", "cnn": "video", "audio": "audio", "text": "text", "glove": "text"}
-# indexed branches: (row table, per-frame index) array names
-INDEXED = {"text": ("utterances", "frame_utterance"), "glove": ("words", "frame_word")}
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    """What the rest of the project needs to know about a store branch."""
+
+    modality: str                            # the modality whose per-frame vector it is part of
+    source: str                              # "media": decoded per session in worker processes; "transcript"
+    indexed: tuple[str, str] | None = None   # (row table, per-frame index) array names; None: dense features + mask
+
+
+# The one registry of branches: extraction (src/features/extract.py keeps each branch's signature and
+# version beside it), the datamodule, the window loaders and the app read it.
+BRANCHES: dict[str, BranchSpec] = {
+    "face": BranchSpec("video", "media"),
+    "cnn": BranchSpec("video", "media"),
+    "audio": BranchSpec("audio", "media"),
+    "text": BranchSpec("text", "transcript", ("utterances", "frame_utterance")),
+    "glove": BranchSpec("text", "transcript", ("words", "frame_word")),
+}
+BRANCH_MODALITY = {name: spec.modality for name, spec in BRANCHES.items()}
+INDEXED = {name: spec.indexed for name, spec in BRANCHES.items() if spec.indexed}
+MEDIA_BRANCHES = tuple(name for name, spec in BRANCHES.items() if spec.source == "media")
 
 # the defaults are conf/features/default.yaml itself (one source for the command line and for code
 # that passes a partial feature config, e.g. tests and notebooks)

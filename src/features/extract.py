@@ -1,6 +1,7 @@
 """Fill a feature store for a dataset: extract what is missing or stale, skip what is up to date.
 
-Branches (src/features/branches.py says which make up each modality):
+Branches (registered in src/features/branches.py, with their modality and whether they are media or
+transcript branches, dense or indexed; each one's signature is in SIGNATURES below):
   face   MediaPipe face mesh (1451 per frame) or imported OpenFace CSVs (253)   -> video
   cnn    EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings        -> video
   audio  openSMILE LLDs (65 ComParE_2016 / 25 eGeMAPSv02) + voicing             -> audio
@@ -23,13 +24,14 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from multiprocessing import get_context
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from src.dataset import EmpathyDataset
-from src.features.branches import BRANCH_MODALITY, with_defaults
+from src.features.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES, with_defaults
 from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,6 @@ CNN_VERSION = "1"
 AUDIO_VERSION = "2"  # 2: adds the per-frame voiced array
 TEXT_VERSION = "1"
 GLOVE_VERSION = "1"
-MEDIA_BRANCHES = ("face", "cnn", "audio")
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
 
 
@@ -144,25 +145,33 @@ def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: s
     One source for extraction (is the store up to date?) and for training (is a stored branch stale?).
     Raises OSError/ValueError when an input is missing or unreadable. `cfg` is a with_defaults() config.
     """
-    fps, session = dataset.fps, dataset.sessions.loc[session_id]
-    if branch == "face":
-        return _face_signature(store, session.video, fps, cfg["face"], _openface_csv(cfg, session_id))
-    if branch == "cnn":
-        return _cnn_signature(store, session.video, fps, cfg["cnn"])
-    if branch == "audio":
-        return _audio_signature(store, session.audio or session.video, fps, cfg["audio"])
-    if branch not in ("text", "glove"):
-        raise ValueError(f"unknown feature branch '{branch}'")
-    if session_id not in dataset.transcripts:
+    if branch not in SIGNATURES:
+        raise ValueError(f"unknown feature branch '{branch}'; known: {list(SIGNATURES)}")
+    if BRANCHES[branch].source == "transcript" and session_id not in dataset.transcripts:
         raise ValueError(f"session '{session_id}' has no transcript")
-    text_cfg = dict(cfg["text"])
-    path = dataset.transcript_path(session_id)
-    if branch == "text":
-        from src.features.text_sbert import encoder_identity
+    return SIGNATURES[branch](store, dataset, session_id, cfg, text_identity)
 
-        identity = text_identity or encoder_identity(text_cfg.get("model_path"))
-        return _text_signature(store, path, fps, text_cfg, identity)
-    return _glove_signature(store, path, fps, dict(cfg["glove"]), text_cfg)
+
+def _text_identity(cfg: dict, text_identity: str | None) -> str:
+    from src.features.text_sbert import encoder_identity
+
+    return text_identity or encoder_identity(cfg["text"].get("model_path"))
+
+
+# Each branch's signature from (store, dataset, session, with_defaults config, text encoder identity);
+# one entry per branch of the registry in src/features/branches.py.
+SIGNATURES: dict[str, Callable[[FeatureStore, EmpathyDataset, str, dict, str | None], dict]] = {
+    "face": lambda store, ds, sid, cfg, _: _face_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["face"],
+                                                          _openface_csv(cfg, sid)),
+    "cnn": lambda store, ds, sid, cfg, _: _cnn_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["cnn"]),
+    "audio": lambda store, ds, sid, cfg, _: _audio_signature(
+        store, ds.sessions.loc[sid].audio or ds.sessions.loc[sid].video, ds.fps, cfg["audio"]),
+    "text": lambda store, ds, sid, cfg, identity: _text_signature(
+        store, ds.transcript_path(sid), ds.fps, dict(cfg["text"]), _text_identity(cfg, identity)),
+    "glove": lambda store, ds, sid, cfg, _: _glove_signature(store, ds.transcript_path(sid), ds.fps,
+                                                            dict(cfg["glove"]), dict(cfg["text"])),
+}
+assert set(SIGNATURES) == set(BRANCHES), "every registered branch needs a signature"
 
 
 # ---- workers -------------------------------------------------------------------------------------
@@ -383,7 +392,7 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
                     continue
                 arrays, info = result["results"][branch]
                 written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info)
-                if written and branch in ("face", "cnn") and not counted:
+                if written and BRANCHES[branch].modality == "video" and not counted:
                     report.face_frames += int(info["n_frames"])
                     counted = True
             report.failures += result["failures"]
