@@ -2,6 +2,7 @@
 baselines under conversation-grouped 5-fold CV (Spearman rho, Acc, macro-F1, QWK, MSE; mean ± std).
 
     .venv/bin/python benchmarks/empathetic_exchanges.py [hydra overrides, e.g. trainer.max_epochs=20]
+    .venv/bin/python benchmarks/empathetic_exchanges.py experiment=text_empathetic_exchanges_finetune
 
 Reads ../shared/data/empathetic_exchanges (never copied into the repo); exits 0 with a message when
 it is absent. Frozen all-MiniLM-L6-v2 embeddings are cached in data/features/text_cache, so a rerun
@@ -29,8 +30,10 @@ def main(overrides: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from omegaconf import OmegaConf
 
+    experiment = next((o for o in overrides if o.startswith("experiment=")), "experiment=text_empathetic_exchanges")
+    overrides = [o for o in overrides if o != experiment]
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        base = compose(config_name="train", overrides=["experiment=text_empathetic_exchanges", "logger=none", *overrides])
+        base = compose(config_name="train", overrides=[experiment, "logger=none", *overrides])
     data_path = Path(base.data.path)
     if not data_path.is_file():
         print(f"EmpatheticExchanges not found at {data_path}; nothing to benchmark.")
@@ -39,8 +42,8 @@ def main(overrides: list[str]) -> int:
     start = time.time()
     for fold in range(int(base.data.cv_folds)):  # one run per fold, as a `data.cv_fold` sweep would do
         with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=["experiment=text_empathetic_exchanges", "logger=none",
-                                                          *overrides, f"data.cv_fold={fold}"])
+            cfg = compose(config_name="train", overrides=[experiment, "logger=none", *overrides,
+                                                          f"data.cv_fold={fold}"])
         job = out_dir / str(fold)
         with open_dict(cfg):
             cfg.paths.output_dir = str(job)

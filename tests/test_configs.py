@@ -63,7 +63,11 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
     assert module.net.head[1].in_features == module.encoder.dim * len(dm.spec.fields)
     trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
-    assert trainer.max_epochs == (30 if override.startswith("experiment=") else 10)
+    epochs = {"experiment=text_empathetic_exchanges_finetune": 3}.get(
+        override, 30 if override.startswith("experiment=") else 10)
+    assert trainer.max_epochs == epochs
+    if override == "experiment=text_empathetic_exchanges_finetune":  # fine-tuned, stopped by validation loss
+        assert not module.encoder.frozen and cfg.callbacks.early_stopping.monitor == "val/loss"
 
 
 def test_judge_config_composes_for_evaluate(tmp_path):
