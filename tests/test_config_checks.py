@@ -16,7 +16,7 @@ def test_every_shipped_config_passes_the_checks(override, tmp_path):
     extra = ["data.dataset_dir=/some/dataset"] if override == "data=empathic_stories" else []
     if _is_text(override):
         extra = TEXT_TABLE + (["model=text_regressor"] if override.startswith("data=") else ["data=text_csv"])
-        if override in ("data=empathetic_exchanges", "experiment=text_empathetic_exchanges"):
+        if override == "data=empathetic_exchanges" or override.startswith("experiment=text_empathetic_exchanges"):
             extra = ["model=text_regressor"] if override.startswith("data=") else []
     check_config(compose_config([override] + extra, tmp_path))
 
