@@ -26,7 +26,7 @@ from src.features.speech import speech_mask
 from src.datamodules.window_dataset import FrameSource, WindowDataset, target_to_rating
 from src.datamodules.windows import window_starts
 from src.dataset import TRAIT_COLUMNS, DatasetError, load_dataset
-from src.features.branches import INDEXED, modality_branches, with_defaults
+from src.features.branches import branch_width, modality_branches, with_defaults
 from src.features.extract import extract_features
 from src.features.media import MediaError, probe_video
 from src.features.store import DATASET_KEY, FeatureStore
@@ -199,8 +199,7 @@ class ClipScorer:
         for modality in self.modalities:
             for branch in branches[modality]:
                 entry = store.entry(SESSION, branch)
-                name = INDEXED[branch][0] if branch in INDEXED else "features"
-                branch_dims[branch] = int(entry["arrays"][name]["shape"][1])
+                branch_dims[branch] = branch_width(branch, entry)
                 frames.append(int(entry["n_frames"]))
         n_frames = max(frames)
         face = None

@@ -25,7 +25,7 @@ from src.datamodules.splits import load_or_create_split, participant_folds
 from src.datamodules.window_dataset import FrameSource, WindowDataset
 from src.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from src.datamodules.windows import build_windows
-from src.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, modality_branches, with_defaults
+from src.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width, modality_branches, with_defaults
 from src.features.extract import extract_features
 from src.features.freshness import StaleFeaturesError, branch_problem
 from src.features.speech import speech_mask
@@ -264,11 +264,10 @@ class EmpathyDataModule(L.LightningDataModule):
 
     def _branch_dim(self, store: FeatureStore, branch: str, session_frames: dict[str, int]) -> int:
         """Per-frame width of a branch, read from the first session that has it."""
-        name = INDEXED[branch][0] if branch in INDEXED else "features"
         for sid in session_frames:
             entry = store.entry(sid, branch)
             if entry is not None:
-                return int(entry["arrays"][name]["shape"][1])
+                return branch_width(branch, entry)
         raise RuntimeError(f"no session has {branch} features in {store.root}")
 
     def describe(self) -> dict[str, Any]:

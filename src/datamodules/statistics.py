@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from src.features.branches import INDEXED
-from src.features.store import FeatureStore, StoreIntegrityError
+from src.features.store import FeatureStore
 
 Stats = tuple[np.ndarray, np.ndarray]
 
@@ -45,10 +45,7 @@ def branch_stats(store: FeatureStore, modality: str, branch: str, windows: pd.Da
         if modality == "audio":
             covered &= speaking[sid][: len(covered)]
         values = np.asarray(features[covered], dtype=np.float64)
-        if not np.isfinite(values).all():  # the store never writes NaN/Inf: the file was damaged since
-            raise StoreIntegrityError(f"feature store file {store.branch_dir(sid, branch) / 'features.npy'} "
-                                      f"(session '{sid}', branch '{branch}') holds NaN/Inf; run `python "
-                                      f"extract.py verify=true` to find and redo damaged branches")
+        store.check_finite(values, sid, branch, "features")
         total = values.sum(0) if total is None else total + values.sum(0)
         total_sq = (values ** 2).sum(0) if total_sq is None else total_sq + (values ** 2).sum(0)
         count += len(values)

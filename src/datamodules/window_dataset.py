@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from src.features.branches import INDEXED
-from src.features.store import FeatureStore, StoreIntegrityError
+from src.features.store import FeatureStore
 
 
 def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
@@ -125,11 +125,8 @@ class WindowDataset(Dataset):
             return x, mask
         features, inside = self._slice(self._array(session_id, branch, "features"), start)
         valid, _ = self._slice(self._array(session_id, branch, "mask"), start)
-        if not np.isfinite(features).all():  # the store never writes NaN/Inf: the file was damaged since
-            raise StoreIntegrityError(
-                f"feature store file {self.store.branch_dir(session_id, branch) / 'features.npy'} (session "
-                f"'{session_id}', branch '{branch}') holds NaN/Inf in frames {start}-{start + self.length - 1}; "
-                f"run `python extract.py verify=true` to find and redo damaged branches")
+        self.store.check_finite(features, session_id, branch, "features",
+                                f" in frames {start}-{start + self.length - 1}")
         return features.astype(np.float32), inside & (valid > 0)
 
     def _modality(self, modality: str, session_id: str, start: int, dim: int) -> tuple[np.ndarray, np.ndarray]:

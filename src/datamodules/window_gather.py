@@ -30,7 +30,6 @@ from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 from src.datamodules.window_dataset import FrameSource, window_labels
 from src.features.branches import INDEXED
-from src.features.store import StoreIntegrityError
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +96,7 @@ class FrameArrays:
                     table_name, index_name = INDEXED[branch]
                     index = np.asarray(store.load(sid, branch, index_name)).astype(np.int64)
                     table = np.asarray(store.load(sid, branch, table_name))
-                    if not np.isfinite(table).all():
-                        raise StoreIntegrityError(
-                            f"feature store file {store.branch_dir(sid, branch) / (table_name + '.npy')} (session "
-                            f"'{sid}', branch '{branch}') holds NaN/Inf; run `python extract.py verify=true` to find "
-                            f"and redo damaged branches")
+                    store.check_finite(table, sid, branch, table_name)
                     if index.size and index.max() >= len(table):
                         raise ValueError(f"session '{sid}', branch '{branch}': {index_name} points at row "
                                          f"{int(index.max())} of a {len(table)}-row {table_name} table")
@@ -132,11 +127,7 @@ class FrameArrays:
                 x = np.zeros((n, hi - lo), dtype=np.float32)
                 m = min(n, len(rows[branch]))
                 x[:m] = rows[branch][:m]
-                if not np.isfinite(x[:m]).all():  # the store never writes NaN/Inf: the file was damaged since
-                    raise StoreIntegrityError(
-                        f"feature store file {store.branch_dir(sid, branch) / 'features.npy'} (session '{sid}', "
-                        f"branch '{branch}') holds NaN/Inf; run `python extract.py verify=true` to find and redo "
-                        f"damaged branches")
+                store.check_finite(x[:m], sid, branch, "features")
                 if stats is not None:  # the reference's float32 arithmetic, per frame
                     x = (x - stats[0][lo:hi]) / stats[1][lo:hi]
                 x[~keep] = 0.0

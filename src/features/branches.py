@@ -27,6 +27,11 @@ class BranchSpec:
     source: str                              # "media": decoded per session in worker processes; "transcript"
     indexed: tuple[str, str] | None = None   # (row table, per-frame index) array names; None: dense features + mask
 
+    @property
+    def vectors(self) -> str:
+        """The array whose columns are the branch's per-frame vector (the row table of an indexed branch)."""
+        return self.indexed[0] if self.indexed else "features"
+
 
 # The one registry of branches: extraction (src/features/extract.py keeps each branch's signature and
 # version beside it), the datamodule, the window loaders and the app read it.
@@ -40,6 +45,11 @@ BRANCHES: dict[str, BranchSpec] = {
 BRANCH_MODALITY = {name: spec.modality for name, spec in BRANCHES.items()}
 INDEXED = {name: spec.indexed for name, spec in BRANCHES.items() if spec.indexed}
 MEDIA_BRANCHES = tuple(name for name, spec in BRANCHES.items() if spec.source == "media")
+
+
+def branch_width(branch: str, entry: dict) -> int:
+    """Per-frame width of a recorded branch, from its manifest entry."""
+    return int(entry["arrays"][BRANCHES[branch].vectors]["shape"][1])
 
 # the defaults are conf/features/default.yaml itself (one source for the command line and for code
 # that passes a partial feature config, e.g. tests and notebooks)

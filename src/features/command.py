@@ -6,7 +6,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.features.branches import INDEXED, with_defaults
+from src.features.branches import BRANCHES, branch_width, with_defaults
 from src.features.extract import ExtractionReport, extract_features, parse_shard
 from src.features.store import DATASET_KEY, FeatureStore
 
@@ -22,9 +22,8 @@ def branch_dims(store: FeatureStore, branches: list[str]) -> dict[str, dict]:
             entry = store.entry(sid, branch)
             if entry is None:
                 continue
-            name = INDEXED[branch][0] if branch in INDEXED else "features"
-            row = table.setdefault(branch, {"dim": int(entry["arrays"][name]["shape"][1]),
-                                            "dtype": entry["arrays"][name]["dtype"],
+            row = table.setdefault(branch, {"dim": branch_width(branch, entry),
+                                            "dtype": entry["arrays"][BRANCHES[branch].vectors]["dtype"],
                                             "extractor": entry["signature"]["extractor"], "sessions": 0, "frames": 0})
             row["sessions"] += 1
             row["frames"] += int(entry.get("n_frames", 0))

@@ -217,6 +217,15 @@ class FeatureStore:
                                   f"run extract.py again: it redoes damaged branches (extract.py verify=true "
                                   f"also checks the contents)")
 
+    def check_finite(self, values: np.ndarray, owner: str, branch: str, name: str, where: str = "") -> None:
+        """Values read from a branch's array must be finite: the store never writes NaN/Inf, so any found
+        there mean the file was damaged since. StoreIntegrityError names the file (and `where` in it)."""
+        if not np.isfinite(values).all():
+            raise StoreIntegrityError(
+                f"feature store file {self.branch_dir(owner, branch) / f'{name}.npy'} (session '{owner}', branch "
+                f"'{branch}') holds NaN/Inf{where}; run `python extract.py verify=true` to find and redo damaged "
+                f"branches")
+
     def write_failures(self, failures: list[dict], name: str = "failures.json") -> Path:
         """The failure report: every (session, branch) that failed in the last run and why."""
         path = self.root / name
