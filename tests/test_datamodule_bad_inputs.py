@@ -5,17 +5,10 @@ import pandas as pd
 import pytest
 
 from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule
 from src.features.extract import extract_features
 from src.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
-
-
-def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> EmpathyDataModule:
-    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
-                           extract_workers=1, **kwargs)
-    dm.setup("fit")
-    return dm
+from tests.test_datamodule import _datamodule
 
 
 def test_transcript_past_the_media_end_warns_and_windows_stay_inside(dataset_copy, store_copy):
