@@ -1,7 +1,7 @@
 """The paper's grid end to end from an on-disk store: datamodule -> model -> optimizer, per model.
 
     python benchmarks/grid.py --device cpu --fraction 0.01 --steps 8          # this machine (CPU)
-    python benchmarks/grid.py --device cuda --fraction 0.25                    # a GPU (bf16 mixed precision)
+    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4     # a GPU (bf16 mixed precision)
 
 Writes a synthetic dataset (CSV tables and transcripts in the contract's layout) and a feature store
 in the store's real format (`FeatureStore.write_branch`, float16 features, uint8 masks, indexed SBERT
@@ -14,6 +14,9 @@ Share windows of 120 frames, about 4.2 window-frames per stored frame), then per
 - peak memory (GPU: torch.cuda.max_memory_allocated; CPU: the process's peak RSS so far);
 - the projected grid time: models x subsets x seeds x epochs x --windows at the end-to-end speed
   (the v+a+t speed for every subset, so an upper bound; training only, as in train_throughput.py).
+With --concurrent N it also trains N runs of each model at once on the device (N processes, as
+`hydra/launcher=shared_device` runs a sweep) and prints their aggregate windows/s and the grid time
+at that rate.
 It also prints a memory-copy bandwidth measured in the same process, to say how close the gather
 comes to it, and the load average (the machine may be shared).
 """
@@ -41,9 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
-from src.dataset import TRAIT_COLUMNS  # noqa: E402
+from src.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from src.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
-from src.features.branches import BRANCH_MODALITY  # noqa: E402
+from src.features.branches import BRANCH_MODALITY, with_defaults  # noqa: E402
+from src.features.extract import branch_signature  # noqa: E402
 from src.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
 from src.models.empathy_module import EmpathyModule  # noqa: E402
 
@@ -53,11 +57,10 @@ FPS, FRAMES = 15, 120
 
 
 def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dict[str, int], seed: int = 0) -> dict:
-    """Dataset tables + store at `fraction` of the corpus; reused when `root` already holds the same one."""
-    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 1}
-    done = root / "spec.json"
-    if done.exists() and json.loads(done.read_text()) == spec:
-        return spec
+    """Dataset tables + store at `fraction` of the corpus; the store is reused when `root` already holds the
+    same one. Each branch is recorded with the signature a real extraction would record now
+    (`branch_signature`), so the datamodule reads it as fresh; when the extractors' signatures change,
+    the store is rebuilt instead of being masked as stale."""
     rng = np.random.default_rng(seed)
     data, store = root / "dataset", FeatureStore(root / "store")
     (data / "transcripts").mkdir(parents=True, exist_ok=True)
@@ -79,18 +82,29 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
     pd.DataFrame({"session_id": ids, "story_id": [stories[i % 8] for i in range(sessions)],
                   "empathy": rng.integers(1, 6, size=sessions)}).to_csv(data / "ratings.csv", index=False)
     (data / "dataset.yaml").write_text(yaml.safe_dump({"name": "synthetic", "fps": FPS}))
+    transcripts = {}
     for i, sid in enumerate(ids):
         start = 1.0  # participant utterances of 6 s with 2 s pauses over the Story Share phase
         rows = [(0.0, 1.0, "agent", "warm_up", "", "hello")]
         rows += [(t, min(t + 6.0, start + span), "participant", "story_share", stories[i % 8], f"utterance {j}")
                  for j, t in enumerate(np.arange(start, start + span, 8.0))]
-        utterances = pd.DataFrame(rows, columns=["start", "end", "speaker", "phase", "story_id", "text"])
-        utterances.to_csv(data / "transcripts" / f"{sid}.csv", index=False)
+        transcripts[sid] = pd.DataFrame(rows, columns=["start", "end", "speaker", "phase", "story_id", "text"])
+        transcripts[sid].to_csv(data / "transcripts" / f"{sid}.csv", index=False)
+    dataset, cfg = load_dataset(data), with_defaults(features_config(branch_dims))
+    signatures = {sid: {b: branch_signature(store, dataset, sid, b, cfg) for b in branch_dims} for sid in ids}
+    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 2,
+            "signatures": canonical_hash(signatures)}
+    done = root / "spec.json"
+    if done.exists() and json.loads(done.read_text()) == spec:
+        return spec
+    done.unlink(missing_ok=True)
+    for sid in ids:
+        utterances = transcripts[sid]
         frame_utterance = np.full(n_frames, -1, dtype=np.int32)
         for j, row in enumerate(utterances.itertuples()):
             frame_utterance[int(row.start * FPS): int(row.end * FPS)] = j
         for branch, dim in branch_dims.items():
-            signature, info = {"extractor": "synthetic", "dim": dim}, {"n_frames": n_frames}
+            signature, info = signatures[sid][branch], {"n_frames": n_frames}
             if branch in ("text", "glove"):
                 arrays = {"utterances" if branch == "text" else "words": rng.standard_normal((len(utterances), dim)).astype(np.float16),
                           "frame_utterance" if branch == "text" else "frame_word": frame_utterance,
@@ -105,26 +119,37 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
     return spec
 
 
-def datamodule(root: Path, branch_dims: dict[str, int], loader: str, batch_size: int, memory_gb: float) -> EmpathyDataModule:
+def features_config(branch_dims: dict[str, int]) -> dict:
+    """The `features` config that reads these branches: each modality's branches, in the order given."""
     modalities: dict[str, list[str]] = {}
     for branch in branch_dims:
         modalities.setdefault(BRANCH_MODALITY[branch], []).append(branch)
-    dm = EmpathyDataModule(str(root / "dataset"), str(root / "store"), list(modalities), {"modalities": modalities},
-                           name="synthetic", batch_size=batch_size, extract_workers=1, loader=loader,
+    return {"modalities": modalities}
+
+
+def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str, batch_size: int,
+               memory_gb: float) -> EmpathyDataModule:
+    """The training datamodule on (dataset folder, store folder), reading `branch_dims`' branches."""
+    features = features_config(branch_dims)
+    dm = EmpathyDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
+                           name="grid", batch_size=batch_size, extract_workers=1, loader=loader,
                            device_memory_gb=memory_gb)
     dm.prepare_data = lambda: None  # synthetic store: nothing to extract (the real extractor would read media)
     dm.setup("fit")
     return dm
 
 
-def loader_rate(dm: EmpathyDataModule, batches: int) -> tuple[float, float]:
-    """Training windows per wall second and per CPU second of this process (the CPU figure is what a quiet
-    machine would give with num_workers=0; on a GPU it counts only the launching thread)."""
+def loader_rate(dm: EmpathyDataModule, batches: int, warmup: int = 5) -> tuple[float, float]:
+    """Training windows per wall second and per CPU second of this process over `batches` batches after
+    `warmup` (workers, first touch of the arrays and of the reused batch buffers), drawn over as many
+    epochs as that takes, as a run of several epochs would (the CPU figure is what a quiet machine would
+    give with num_workers=0; on a GPU it counts only the launching thread)."""
     loader = dm.train_dataloader()
-    iterator = iter(loader)
-    next(iterator)  # warm-up: workers, first touch of the arrays
+    endless = itertools.chain.from_iterable(iter(loader) for _ in itertools.count())
+    for _ in itertools.islice(endless, warmup):
+        pass
     start, cpu, seen = time.perf_counter(), time.process_time(), 0
-    for batch in itertools.islice(iterator, batches):
+    for batch in itertools.islice(endless, batches):
         seen += len(batch["target"])
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -159,8 +184,9 @@ class Preloaded(Dataset):
         return self.batches[i]
 
 
-def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None) -> tuple[float, float | None]:
-    """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches."""
+def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None) -> dict[str, Any]:
+    """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches.
+    Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock)."""
     L.seed_everything(0, workers=False)
     net, head = model_net(name)
     module = EmpathyModule(net=net, modalities=dm.modalities, input_dims=dm.input_dims, head=head)
@@ -174,9 +200,40 @@ def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, prelo
         trainer.fit(module, datamodule=dm)
     else:
         trainer.fit(module, train_dataloaders=DataLoader(Preloaded(preloaded), batch_size=None))
-    rate = timer.timed_steps * args.batch_size / (timer.stop - timer.start)
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None
-    return rate, peak
+    windows = timer.timed_steps * args.batch_size
+    return {"rate": windows / (timer.stop - timer.start), "windows": windows, "start": timer.start, "stop": timer.stop,
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
+
+
+def _concurrent_run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace, threads: int,
+                    barrier: Any, results: Any) -> None:
+    """One of --concurrent training processes: its own datamodule and model on the shared device."""
+    torch.set_num_threads(threads)
+    dm = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb)
+    barrier.wait()
+    results.put(train_rate(name, dm, args, None))
+
+
+def concurrent_rate(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
+    """--concurrent processes training `name` at once on one device, as a launcher with that many workers
+    would (conf/hydra/launcher/shared_device.yaml): the windows they all trained over the span from the
+    first timed step to the last (so time one run spends alone counts against the aggregate)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
+    barrier, results = context.Barrier(args.concurrent), context.Queue()
+    threads = max(1, torch.get_num_threads() // args.concurrent)
+    runs = [context.Process(target=_concurrent_run, args=(name, root, dims, args, threads, barrier, results))
+            for _ in range(args.concurrent)]
+    for run in runs:
+        run.start()
+    done = [results.get() for _ in runs]
+    for run in runs:
+        run.join()
+    span = max(d["stop"] for d in done) - min(d["start"] for d in done)
+    peaks = [d["peak_gpu_gib"] for d in done if d["peak_gpu_gib"] is not None]
+    return {"rate": sum(d["windows"] for d in done) / span, "runs": [d["rate"] for d in done],
+            "peak_gpu_gib": sum(peaks) if peaks else None, "threads_per_run": threads}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -198,7 +255,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--windows", type=int, default=FULL_WINDOWS)
+    parser.add_argument("--concurrent", type=int, default=1,
+                        help="also train this many runs of each model at once on the device, one process each")
     parser.add_argument("--work", type=Path, default=None, help="where the synthetic store goes (default: /tmp)")
+    parser.add_argument("--dataset-dir", type=Path, default=None,
+                        help="measure on this dataset and its extracted --store-dir instead of a synthetic store "
+                             "(e.g. data/demo and data/features/demo; --branches must name its branches)")
+    parser.add_argument("--store-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -208,10 +271,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = set(dims) - set(BRANCH_MODALITY)
     if unknown:
         parser.error(f"--branches: unknown {sorted(unknown)}; choose from {sorted(BRANCH_MODALITY)}")
-    root = args.work or Path("/tmp") / f"empathic_grid_{canonical_hash([args.fraction, args.sessions, dims])}"
-    began = time.perf_counter()
-    write_synthetic(root, args.fraction, args.sessions, dims)
-    print(f"synthetic store {root} ({args.fraction:g} of EmpathicStories++) ready in {time.perf_counter() - began:.1f} s")
+    if (args.dataset_dir is None) != (args.store_dir is None):
+        parser.error("--dataset-dir and --store-dir go together")
+    if args.dataset_dir is not None:
+        root = (args.dataset_dir, args.store_dir)
+        print(f"dataset {args.dataset_dir}, store {args.store_dir}")
+    else:
+        work = args.work or Path("/tmp") / f"empathic_grid_{canonical_hash([args.fraction, args.sessions, dims])}"
+        began = time.perf_counter()
+        write_synthetic(work, args.fraction, args.sessions, dims)
+        root = (work / "dataset", work / "store")
+        print(f"synthetic store {work} ({args.fraction:g} of EmpathicStories++) ready in {time.perf_counter() - began:.1f} s")
 
     device = torch.device(args.device)
     batched = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb)
@@ -230,13 +300,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     preloaded = [b for b in itertools.islice(batched.train_dataloader(), args.warmup + args.steps)]
     preloaded = [move_data_to_device(b, device) for b in preloaded]
     rows = []
+    runs = args.subsets * args.seeds * args.epochs * args.windows  # windows trained per model over the grid
     for name in args.models.split(","):
-        end_to_end, peak = train_rate(name, batched, args, None)
-        pre, _ = train_rate(name, batched, args, preloaded)
-        rows.append({"model": name, "train_windows_per_s": end_to_end, "preloaded_windows_per_s": pre,
-                     "overhead": pre / end_to_end, "peak_gpu_gib": peak,
-                     "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
-                     "grid_hours": args.subsets * args.seeds * args.epochs * args.windows / end_to_end / 3600})
+        end_to_end = train_rate(name, batched, args, None)
+        pre = train_rate(name, batched, args, preloaded)
+        row = {"model": name, "train_windows_per_s": end_to_end["rate"], "preloaded_windows_per_s": pre["rate"],
+               "overhead": pre["rate"] / end_to_end["rate"], "peak_gpu_gib": end_to_end["peak_gpu_gib"],
+               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+               "grid_hours": runs / end_to_end["rate"] / 3600}
+        if args.concurrent > 1:
+            together = concurrent_rate(name, root, dims, args)
+            row.update({"concurrent_windows_per_s": together["rate"], "concurrent_runs_windows_per_s": together["runs"],
+                        "concurrent_peak_gpu_gib": together["peak_gpu_gib"],
+                        "concurrent_threads_per_run": together["threads_per_run"],
+                        "concurrent_grid_hours": runs / together["rate"] / 3600})
+        rows.append(row)
     grid = sum(r["grid_hours"] for r in rows)
     print(f"\n{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
           f"branches {dims}, {args.precision}; {n_train} training windows; frame arrays {stored:.2f} GB on {where}; "
@@ -255,7 +333,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{r['overhead']:.3f}x | {gpu} | {r['peak_rss_gib']:.2f} | {r['grid_hours']:.2f} |")
     print(f"\nGrid ({len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
           f"{args.windows:,} windows, training only, runs in sequence on one device): {grid:.2f} h")
+    if args.concurrent > 1:
+        print(f"\n{args.concurrent} runs at once on one device (separate processes, {rows[0]['concurrent_threads_per_run']} "
+              "torch thread(s) each on CPU), aggregate over the span from the first timed step to the last:")
+        print("| model | one run windows/s | aggregate windows/s | speed-up | per-run windows/s | peak GPU GiB (sum) | grid h |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            gpu = f"{r['concurrent_peak_gpu_gib']:.2f}" if r["concurrent_peak_gpu_gib"] is not None else "-"
+            print(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['concurrent_windows_per_s']:,.0f} | "
+                  f"x{r['concurrent_windows_per_s'] / r['train_windows_per_s']:.2f} | "
+                  f"{', '.join(f'{v:,.0f}' for v in r['concurrent_runs_windows_per_s'])} | {gpu} | {r['concurrent_grid_hours']:.2f} |")
+        print(f"Grid with {args.concurrent} runs at once: {sum(r['concurrent_grid_hours'] for r in rows):.2f} h")
     result = {"device": str(where), "args": {k: str(v) for k, v in vars(args).items()}, "load_average": load,
+              "concurrent_grid_hours": sum(r["concurrent_grid_hours"] for r in rows) if args.concurrent > 1 else None,
               "loader": {"batched_windows_per_s": new_rate, "reference_windows_per_s": old_rate,
                          "batched_windows_per_cpu_s": new_cpu, "reference_windows_per_cpu_s": old_cpu,
                          "copy_bandwidth_gb_s": bandwidth, "window_bytes": window_bytes},

@@ -31,14 +31,17 @@ def test_optuna_search_minimizes_a_validation_metric(tmp_path):
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
 
 
-@pytest.mark.parametrize("launcher,target", [("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher")])
-def test_submitit_launchers_compose_and_instantiate(launcher, target, tmp_path):
+@pytest.mark.parametrize("launcher,target", [("submitit_slurm", "SlurmLauncher"), ("submitit_local", "LocalLauncher"),
+                                             ("shared_device", "JoblibLauncher")])
+def test_launchers_compose_and_instantiate(launcher, target, tmp_path):
     cfg = _compose([f"hydra/launcher={launcher}"], tmp_path)
     assert cfg.hydra.launcher._target_.endswith(target)
     if launcher == "submitit_slurm":  # resources and requeue live in the config
         for key in ("partition", "gpus_per_node", "timeout_min", "mem_gb", "array_parallelism"):
             assert key in cfg.hydra.launcher
         assert cfg.hydra.launcher.max_num_timeout > 0
+    if launcher == "shared_device":  # several jobs at once, in fresh processes (CUDA cannot be used after fork)
+        assert cfg.hydra.launcher.n_jobs > 1 and cfg.hydra.launcher.backend == "loky"
     hydra.utils.instantiate(cfg.hydra.launcher)
 
 

@@ -91,3 +91,20 @@ def test_index_batches_keep_ddp_shards():
         assert sum(drawn, []) == list(shard)
     with pytest.raises(ValueError, match="batch_size"):
         IndexBatchSampler(RatingOversampler(classes), 0)
+
+
+def test_held_batches_keep_their_values_while_buffers_are_reused(tiny_dataset, tiny_store):
+    """Host batches are written into reused buffers: a batch (or a view of one) that is still held keeps
+    its values while later batches are drawn, and a released batch's buffer is used again."""
+    reference, batched = _pair(tiny_dataset, tiny_store, ("video", "audio", "text"))
+    kept = list(batched.val_dataloader())  # every batch held at once
+    for expected, actual in zip(reference.val_dataloader(), kept, strict=True):
+        assert_same(expected, actual)
+    data = batched.datasets["train"]
+    view = data[[0, 1, 2]]["video"]["x"][1]  # only a view of the batch survives
+    copy = view.clone()
+    for start in range(0, 24, 3):
+        data[list(range(start + 3, start + 6))]
+    assert torch.equal(view, copy)
+    first = data[[4, 5, 6]]["video"]["x"].data_ptr()  # released at once
+    assert data[[7, 8, 9]]["video"]["x"].data_ptr() == first

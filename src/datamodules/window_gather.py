@@ -16,6 +16,11 @@ Outputs are identical to `WindowDataset` (tests/test_window_gather.py): same key
 `FrameArrays.place` puts the arrays on the training device when they fit its memory budget (batches
 are then gathered there, in the main process); otherwise they stay in host memory, batches are
 gathered on the host and the DataLoader hands them over pinned.
+
+On the host, a batch's large outputs (tens of MB) are written into reused buffers (`HostBuffers`):
+a fresh allocation of that size is a new memory mapping whose first touch page-faults every 4 KiB,
+which cost about 7 times the gather itself (benchmarks/grid.py). A buffer is reused only when no
+tensor outside the pool still shares its storage, so a batch that is kept is never overwritten.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler, get_worker_info
 
 from src.datamodules.window_dataset import FrameSource, window_labels
 from src.features.branches import INDEXED
@@ -161,6 +166,40 @@ class FrameArrays:
         return target
 
 
+class HostBuffers:
+    """Output buffers for host-side batches, reused once nothing outside the pool shares their storage.
+
+    At most `per_key` buffers per output; when all are held elsewhere, the oldest is left to its holder.
+
+    Used only in the main process: a DataLoader worker hands its batch over by moving the storage
+    itself into shared memory, which the main process keeps reading after the worker's references
+    are gone, so workers allocate fresh buffers every time.
+    """
+
+    def __init__(self, per_key: int = 4):
+        self.per_key = per_key
+        self.buffers: dict[str, list[tuple[torch.Tensor, int]]] = {}
+        self.enabled = hasattr(torch._C, "_storage_Use_Count")
+
+    @staticmethod
+    def _users(tensor: torch.Tensor) -> int:
+        return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+    def take(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialised (shape, dtype) host tensor that no live batch shares."""
+        if not self.enabled or get_worker_info() is not None:
+            return torch.empty(shape, dtype=dtype)
+        kept = self.buffers.setdefault(key, [])
+        for tensor, alone in kept:
+            if tensor.shape == shape and tensor.dtype == dtype and self._users(tensor) == alone:
+                return tensor
+        tensor = torch.empty(shape, dtype=dtype)
+        if len(kept) >= self.per_key:  # every kept buffer is busy (batches held for long): let the oldest go
+            kept.pop(0)
+        kept.append((tensor, self._users(tensor)))  # the count while only the pool holds it
+        return tensor
+
+
 class WindowBatches(Dataset):
     """One split's windows; `data[indices]` is a whole batch in the batch-dict contract, `data[i]` one window.
 
@@ -188,6 +227,7 @@ class WindowBatches(Dataset):
                       "story": torch.from_numpy(self.story), "traits": torch.from_numpy(self.traits),
                       "traits_mask": torch.from_numpy(self.traits_mask), "target": torch.from_numpy(self.targets)}
         self._device = torch.device("cpu")
+        self._buffers = HostBuffers()
 
     def to(self, device: torch.device) -> WindowBatches:
         """Per-window offsets and labels onto the arrays' device."""
@@ -212,15 +252,29 @@ class WindowBatches(Dataset):
             parts = []
             for kind, key in self.arrays.pieces[modality]:
                 if kind == "dense":
-                    parts.append(tensors[key].index_select(0, rows))
+                    parts.append(self._select(tensors[key], rows, key))
                 else:
-                    parts.append(tensors[f"{key}/table"].index_select(0, tensors[f"{key}/index"].index_select(0, rows)))
-            x = torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
+                    parts.append(self._select(tensors[f"{key}/table"], tensors[f"{key}/index"].index_select(0, rows), key))
+            if len(parts) > 1:
+                x = self._empty(modality, (len(rows), sum(p.shape[1] for p in parts)), parts[0].dtype)
+                x = torch.cat(parts, dim=-1, out=x)
+            else:
+                x = parts[0]
             batch[modality] = {"x": x.view(*shape, -1), "mask": tensors[f"{modality}/mask"].index_select(0, rows).view(shape),
                                "lengths": lengths}
         for key in ("story", "traits", "traits_mask", "target", "rating_index"):
             batch[key] = self.index[key][window]
         return batch
+
+    def _empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if self._device.type == "cpu":
+            return self._buffers.take(key, shape, dtype)
+        return torch.empty(shape, dtype=dtype, device=self._device)  # the CUDA caching allocator reuses memory
+
+    def _select(self, source: torch.Tensor, rows: torch.Tensor, key: str) -> torch.Tensor:
+        """source[rows] into a (reused, on the host) buffer."""
+        out = self._empty(key, (len(rows),) + tuple(source.shape[1:]), source.dtype)
+        return torch.index_select(source, 0, rows, out=out)
 
     def __getitem__(self, i: int | Sequence[int] | torch.Tensor) -> dict:
         if isinstance(i, (int, np.integer)):
