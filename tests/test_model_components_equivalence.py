@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from src.models.components.encoders import MaskedLSTMEncoder, masked
-from src.models.components.norm import MaskedBatchNorm
+from src.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 from src.models.components.pooling import masked_mean
 
 T = 12
@@ -134,3 +134,34 @@ def test_lstm_runs_under_cpu_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = encoder(x, mask, lengths)
     torch.testing.assert_close(out, encoder(x, mask, lengths))
+
+
+@pytest.mark.parametrize("downstream", ["sum", "lstm"])
+def test_norms_written_into_one_matrix_equal_concatenated_norms(downstream):
+    """EF-LSTM's early fusion: the masked norms of several modalities written into one matrix equal
+    torch.cat of the separate norms, forward and backward, for a batch-major gradient and for the
+    time-major one an LSTM returns."""
+    masks = [_masks(seed=s)[0] for s in range(3)]
+    widths = [5, 2, 3]
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(len(masks[0]), T, w, generator=g) * 3 + 1 for w in widths]
+    norms = [MaskedBatchNorm(w) for w in widths]
+    lstm = nn.LSTM(sum(widths), 4, batch_first=True)
+    results = []
+    for fused in (True, False):
+        inputs = [x.clone().requires_grad_(True) for x in xs]
+        for norm in norms:
+            norm.running_mean.zero_(), norm.running_var.fill_(1.0)
+        if fused:
+            frames = masked_norms_concatenated(norms, inputs, masks)
+        else:
+            frames = torch.cat([norm(x, m) for norm, x, m in zip(norms, inputs, masks)], dim=-1)
+        out = lstm(frames)[0] if downstream == "lstm" else frames * torch.arange(frames.shape[-1])
+        params = [p for norm in norms for p in (norm.weight, norm.bias)]
+        results.append((frames.detach(), _grads(out, inputs + params), [n.running_mean.clone() for n in norms]))
+    (frames, grads, running), (expected_frames, expected_grads, expected_running) = results
+    assert torch.equal(frames, expected_frames)
+    for a, b in zip(grads, expected_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(running, expected_running):
+        assert torch.equal(a, b)

@@ -4,7 +4,9 @@ dropout -> Linear + ReLU).
 
 Each modality is first normalised per feature over its valid frames (`MaskedBatchNorm`), not per
 time step: `BatchNorm1d(seq_len)` in the popular implementation normalises frame positions, a
-bug. These per-modality norms are the model's `encoders`; everything after is shared.
+bug. These per-modality norms are the model's `encoders`; everything after is shared. The norms
+write their modalities' columns of one time-major matrix that the LSTM reads as is
+(`masked_norms_concatenated`): no concatenation copy and no transposition copy.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch
 from torch import nn
 
 from src.models.components.encoders import MaskedLSTMEncoder
-from src.models.components.norm import MaskedBatchNorm
+from src.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 
 
 class EFLSTM(nn.Module):
@@ -29,7 +31,9 @@ class EFLSTM(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         # each norm zeroes its modality's masked frames, so a frame no modality has is all zeros already
-        frames = torch.cat([self.encoders[m](batch[m]["x"], batch[m]["mask"]) for m in self.modalities], dim=-1)
+        frames = masked_norms_concatenated([self.encoders[m] for m in self.modalities],
+                                           [batch[m]["x"] for m in self.modalities],
+                                           [batch[m]["mask"] for m in self.modalities])
         lengths = torch.stack([batch[m]["lengths"] for m in self.modalities]).amax(dim=0)
         hidden = self.lstm(frames, None, lengths)
         return self.dropout(torch.relu(self.linear(self.dropout(hidden))))
