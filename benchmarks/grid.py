@@ -192,10 +192,10 @@ def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, prelo
     module = EmpathyModule(net=net, modalities=dm.modalities, input_dims=dm.input_dims, head=head)
     cuda = args.device == "cuda"
     timer = StepTimer(args.warmup)
-    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=1,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0, limit_val_batches=0, limit_train_batches=args.warmup + args.steps,
-                        callbacks=[timer])
+    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=-1,
+                        max_steps=args.warmup + args.steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0, callbacks=[timer])  # over as many epochs as the steps take
     if preloaded is None:
         trainer.fit(module, datamodule=dm)
     else:

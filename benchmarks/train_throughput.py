@@ -68,30 +68,33 @@ class SyntheticBatches(Dataset):
 
 
 class StepTimer(L.Callback):
-    """Wall time and peak GPU memory over the optimizer steps after the warm-up."""
+    """Wall time and peak GPU memory over the optimizer steps after the warm-up, counted across
+    epochs (a small training split ends its epoch before the timed steps are done)."""
 
     def __init__(self, warmup: int):
         self.warmup = warmup
         self.start: float | None = None
         self.stop: float | None = None
         self.timed_steps = 0
+        self.seen = 0
 
     def _sync(self, module: L.LightningModule) -> None:
         if module.device.type == "cuda":
             torch.cuda.synchronize(module.device)
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        if batch_idx == self.warmup:
+        if self.seen == self.warmup:
             self._sync(module)
             if module.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(module.device)
             self.start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
-        if batch_idx >= self.warmup:
+        self.seen += 1
+        if self.seen > self.warmup:
             self._sync(module)
             self.stop = time.perf_counter()
-            self.timed_steps = batch_idx - self.warmup + 1
+            self.timed_steps = self.seen - self.warmup
 
 
 def model_net(name: str) -> tuple[dict[str, Any], str]:
