@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
 from src.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from src.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
-from src.features.branches import BRANCH_MODALITY, with_defaults  # noqa: E402
+from src.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
 from src.features.extract import branch_signature  # noqa: E402
 from src.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
 from src.models.empathy_module import EmpathyModule  # noqa: E402
@@ -105,10 +105,10 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
             frame_utterance[int(row.start * FPS): int(row.end * FPS)] = j
         for branch, dim in branch_dims.items():
             signature, info = signatures[sid][branch], {"n_frames": n_frames}
-            if branch in ("text", "glove"):
-                arrays = {"utterances" if branch == "text" else "words": rng.standard_normal((len(utterances), dim)).astype(np.float16),
-                          "frame_utterance" if branch == "text" else "frame_word": frame_utterance,
-                          "mask": (frame_utterance >= 0).astype(np.uint8)}
+            if branch in INDEXED:  # one row per utterance (per word for GloVe) and a per-frame index into them
+                table, index = INDEXED[branch]
+                arrays = {table: rng.standard_normal((len(utterances), dim)).astype(np.float16),
+                          index: frame_utterance, "mask": (frame_utterance >= 0).astype(np.uint8)}
             else:
                 arrays = {"features": rng.standard_normal((n_frames, dim), dtype=np.float32).astype(np.float16),
                           "mask": (rng.random(n_frames) < 0.9).astype(np.uint8)}
@@ -134,7 +134,7 @@ def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str
     dm = EmpathyDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
                            name="grid", batch_size=batch_size, extract_workers=1, loader=loader,
                            device_memory_gb=memory_gb)
-    dm.prepare_data = lambda: None  # synthetic store: nothing to extract (the real extractor would read media)
+    dm.prepare_data = lambda: None  # measure the store as it is: no extraction (the synthetic one has no media)
     dm.setup("fit")
     return dm
 
@@ -300,20 +300,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     preloaded = [b for b in itertools.islice(batched.train_dataloader(), args.warmup + args.steps)]
     preloaded = [move_data_to_device(b, device) for b in preloaded]
     rows = []
-    runs = args.subsets * args.seeds * args.epochs * args.windows  # windows trained per model over the grid
+    grid_windows = args.subsets * args.seeds * args.epochs * args.windows  # trained per model over the grid
     for name in args.models.split(","):
         end_to_end = train_rate(name, batched, args, None)
         pre = train_rate(name, batched, args, preloaded)
         row = {"model": name, "train_windows_per_s": end_to_end["rate"], "preloaded_windows_per_s": pre["rate"],
                "overhead": pre["rate"] / end_to_end["rate"], "peak_gpu_gib": end_to_end["peak_gpu_gib"],
                "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
-               "grid_hours": runs / end_to_end["rate"] / 3600}
+               "grid_hours": grid_windows / end_to_end["rate"] / 3600}
         if args.concurrent > 1:
             together = concurrent_rate(name, root, dims, args)
             row.update({"concurrent_windows_per_s": together["rate"], "concurrent_runs_windows_per_s": together["runs"],
                         "concurrent_peak_gpu_gib": together["peak_gpu_gib"],
                         "concurrent_threads_per_run": together["threads_per_run"],
-                        "concurrent_grid_hours": runs / together["rate"] / 3600})
+                        "concurrent_grid_hours": grid_windows / together["rate"] / 3600})
         rows.append(row)
     grid = sum(r["grid_hours"] for r in rows)
     print(f"\n{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
