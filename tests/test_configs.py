@@ -61,7 +61,11 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
             "levels": [1, 5]}
     module = TextEmpathyModule(model["net"], info, model["optimizer"], model.get("scheduler"))
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
-    assert module.net.head[1].in_features == module.encoder.dim * len(dm.spec.fields)
+    n_fields, labels = len(dm.spec.fields), len(dm.spec.label_columns)
+    if model["net"]["head_input"] == "expert_scores":  # TF-IDF ridge + one embedding ridge per field, per label
+        assert len(module.net.experts) == 1 + n_fields and module.net.head[1].in_features == labels * (1 + n_fields)
+    else:
+        assert module.net.head[1].in_features == module.encoder.dim * n_fields
     trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
     epochs = {"experiment=text_empathetic_exchanges_finetune": 3}.get(
         override, 30 if override.startswith("experiment=") else 10)

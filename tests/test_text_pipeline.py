@@ -125,7 +125,7 @@ def test_optuna_searches_a_text_model_on_a_validation_metric(run, tmp_path):
     assert "best_value" in best and "model.optimizer.lr" in best
 
 
-def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):
+def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_round_trips(tmp_path):
     import torch
 
     from src.pipeline import train
@@ -136,6 +136,8 @@ def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):
                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
                           "data.cv_folds=2", "data.batch_size=8", "data.val_fraction=0.25",
                           "model.net.encoder.trainable_layers=1", "model.net.encoder.max_length=32",
+                          "model.net.experts=[{_target_:src.text.experts.TfidfRidgeExpert,min_df:1}]",
+                          "model.net.head_input=embeddings",
                           "model.net.encoder.cache_dir=null", "model.baselines.enabled=false", "trainer.max_epochs=2",
                           "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
     results = train(cfg)
@@ -146,6 +148,7 @@ def test_fine_tuning_top_layers_changes_only_those_and_round_trips(tmp_path):
     changed = {k for k in pretrained if not torch.equal(pretrained[k], tuned[k])}
     assert changed and all(k.startswith("encoder.layer.5.") for k in changed)  # MiniLM-L6: the top layer only
     assert any(k.startswith("net.encoder.model.encoder.layer.5.") for k in checkpoint["state_dict"])
+    assert "net.experts.0._extra_state" in checkpoint["state_dict"] and scorer.module.net.experts[0].fitted
     texts = ["I am so sorry. The bus was late.", "It rained all day."]
     batch = {"texts": {"text": texts}, "persona_ids": torch.zeros(2, 0, dtype=torch.long),
              "persona_numeric": torch.zeros(2, 0)}
@@ -168,7 +171,8 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     assert "net.branch._extra_state" in checkpoint["state_dict"]
     scorer = TextScorer.load(results["best_checkpoint"])
-    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 384 + 16 + 16
+    # the head reads the experts' scores (TF-IDF + embedding ridge, 3 labels each), the branch and the persona
+    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 3 * 2 + 16 + 16
     texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
     scores = scorer.score({"text": texts})
     assert scores["emotional"][0] > scores["emotional"][1] + 0.5

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import hstack
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import Ridge
+
+from src.text.experts import RIDGE_ALPHAS, FieldTfidf
 
 
 def train_mean(train_targets: np.ndarray, n_test: int) -> np.ndarray:
@@ -21,25 +21,16 @@ def majority_class(train_targets: np.ndarray, n_test: int) -> np.ndarray:
     return np.repeat(np.asarray(modes, dtype=float)[None, :], n_test, axis=0)
 
 
-RIDGE_ALPHAS = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
-
-
 def _tfidf(fields: dict[str, list[str]], fit_rows: np.ndarray, rows: list[np.ndarray]):
-    """Per field a word uni+bigram TF-IDF (sublinear tf) fitted on fit_rows; stacked matrices for `rows`."""
-    blocks: list[list] = [[] for _ in rows]
-    for values in fields.values():
-        vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
-        try:
-            vectorizer.fit([values[i] for i in fit_rows])
-        except ValueError:  # an all-empty field (e.g. no previous turns anywhere) has no vocabulary
-            continue
-        for out, r in zip(blocks, rows):
-            out.append(vectorizer.transform([values[i] for i in r]))
-    return [hstack(b).tocsr() if b else None for b in blocks]
+    """Per field a word uni+bigram TF-IDF (sublinear tf) fitted on fit_rows; stacked matrices for `rows`
+    (None each when no field has a vocabulary)."""
+    tfidf = FieldTfidf().fit({f: [values[i] for i in fit_rows] for f, values in fields.items()})
+    return [tfidf.transform({f: [values[i] for i in r] for f, values in fields.items()}) for r in rows]
 
 
 def _pick_alpha(x_train, y_train: np.ndarray, x_val, y_val: np.ndarray) -> float:
-    """The RIDGE_ALPHAS value with the lowest validation MSE."""
+    """The RIDGE_ALPHAS value (0.1 .. 1e5, the experts' grid: raw sentence embeddings need penalties
+    far above 100) with the lowest validation MSE."""
     errors = [np.mean((Ridge(alpha=a).fit(x_train, y_train).predict(x_val).reshape(len(y_val), -1) - y_val) ** 2)
               for a in RIDGE_ALPHAS]
     return RIDGE_ALPHAS[int(np.argmin(errors))]

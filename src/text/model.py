@@ -1,5 +1,7 @@
 """Text regressor (Haleas, "Exploring the Empathy of Leading Large Language Models"): encoder -> pooled field embeddings [+ persona] -> MLP ->
 one score per label; the overall score is the mean of the label scores (Empathy = (C+E+B)/3).
+The default adds stacked ridge experts (src/text/experts.py: TF-IDF and one ridge per field on the
+frozen embeddings) and puts the head over their scores; see TextRegressor.
 
 `TextEmpathyModule` is the LightningModule every text model trains as, built from config like the
 fusion nets: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
@@ -16,6 +18,7 @@ the encoder's folder and identity hash, checked when the checkpoint is loaded.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +31,9 @@ from torch import nn
 from src.metrics import metric_values
 from src.text.data import PersonaEncoder
 from src.text.encoder import TextEncoder
+from src.text.experts import stack_weights
 
+log = logging.getLogger(__name__)
 OVERALL = "overall"
 CHECKPOINT_KEY = "empathic_text"
 
@@ -58,17 +63,27 @@ class MLPHead(nn.Sequential):
 
 
 class TextRegressor(nn.Module):
-    """Shared encoder over every text field, optional persona, MLP head with one output per label.
+    """Shared encoder over every text field, optional persona, MLP head with one output per label,
+    optionally over a stack of ridge experts (src/text/experts.py).
 
     With a frozen encoder the net holds no encoder (its weights stay out of checkpoints): batches
     bring the cached field embeddings (`embeddings`, fields concatenated), so a step is only the
     head. A fine-tuned encoder is part of the net and reads the batch's raw `texts`.
     `head` builds the head from (input dim, outputs) (a `_partial_` config; default MLPHead); an
     optional `branch` (src/text/branches.py, e.g. TF-IDF) adds features computed from the texts.
+
+    With `experts`, the output is their non-negative weighted sum (weights fitted on their held-out
+    predictions, `fit_experts`) plus the head, which starts at zero and learns what the linear stack
+    misses. `head_input` says what the head reads: `embeddings` (the field embeddings; the recipe
+    without experts) or `expert_scores` (the experts' scores: a nonlinear stacker with a few inputs,
+    where persona and branch features can interact with the scores; a head on 384-d embeddings per
+    field next to the experts only fitted noise on EmpatheticExchanges). On training rows the
+    experts' held-out predictions stand in for their scores (`batch["expert_scores"]`).
     """
 
     def __init__(self, fields: list[str], n_outputs: int, encoder: TextEncoder,
                  head: Callable[[int, int], nn.Module] | None = None, branch: nn.Module | None = None,
+                 experts: list[nn.Module] | None = None, head_input: str = "embeddings",
                  persona_cardinalities: list[int] | None = None, persona_numeric: int = 0, persona_dim: int = 8):
         super().__init__()
         self.encoder = None if encoder.frozen else encoder
@@ -76,23 +91,66 @@ class TextRegressor(nn.Module):
         cards = persona_cardinalities or []
         self.persona = PersonaEmbedding(cards, persona_numeric, persona_dim) if (cards or persona_numeric) else None
         self.branch = branch
-        in_dim = encoder.dim * len(self.fields) + (self.persona.out_dim if self.persona else 0) \
-            + (branch.out_dim if branch is not None else 0)
+        self.experts = nn.ModuleList(e for expert in experts or [] for e in expert.expand(self.fields, encoder.dim))
+        if head_input not in ("embeddings", "expert_scores"):
+            raise ValueError(f"model.net.head_input must be embeddings or expert_scores, got {head_input!r}")
+        if head_input == "expert_scores" and not self.experts:
+            raise ValueError("model.net.head_input=expert_scores needs model.net.experts")
+        if self.experts and self.encoder is not None and any(e.needs_embeddings for e in self.experts):
+            raise ValueError("an embedding ridge expert needs a frozen encoder (trainable_layers: 0); to fine-tune, "
+                             "drop the experts (model.net.experts=[] model.net.head_input=embeddings, as "
+                             "experiment=text_empathetic_exchanges_finetune does) or keep text experts only "
+                             "(model.net.experts=[{_target_:src.text.experts.TfidfRidgeExpert}] "
+                             "model.net.head_input=embeddings)")
+        self.head_input = head_input
+        text_dim = encoder.dim * len(self.fields) if head_input == "embeddings" else n_outputs * len(self.experts)
+        in_dim = text_dim + (self.persona.out_dim if self.persona else 0) + (branch.out_dim if branch is not None else 0)
         self.head = (head or MLPHead)(in_dim, n_outputs)
+        if self.experts:
+            last = [m for m in self.head.modules() if isinstance(m, nn.Linear)][-1]
+            nn.init.zeros_(last.weight)  # the head starts as "no correction" to the stacked experts
+            nn.init.zeros_(last.bias)
+        self.register_buffer("stack_weight", torch.zeros(n_outputs, len(self.experts)))
+        self.register_buffer("stack_bias", torch.zeros(n_outputs))
+
+    def expert_scores(self, batch: dict) -> torch.Tensor:
+        """Each expert's predictions, N x outputs x experts (standardised target scale)."""
+        return torch.stack([expert(batch) for expert in self.experts], dim=-1)
+
+    def fit_experts(self, batch: dict, targets: np.ndarray, groups: list[str]) -> np.ndarray:
+        """Fit every expert on the training rows in `batch` and the stack weights on their held-out
+        predictions; returns those (N x outputs x experts), which the head trains on."""
+        held_out = np.stack([np.asarray(e.fit(batch, targets, groups)).reshape(len(targets), -1)
+                             for e in self.experts], axis=-1)
+        weight, bias = stack_weights(held_out, np.asarray(targets).reshape(len(targets), -1))
+        self.stack_weight.copy_(torch.from_numpy(weight))
+        self.stack_bias.copy_(torch.from_numpy(bias))
+        return held_out.astype(np.float32)
+
+    def _embeddings(self, batch: dict) -> torch.Tensor:
+        if self.encoder is not None:
+            return torch.cat([self.encoder(batch["texts"][f]) for f in self.fields], dim=-1)
+        if "embeddings" in batch:
+            return batch["embeddings"]
+        raise ValueError("a net over a frozen encoder needs batch['embeddings'] (attach the encoder to the "
+                         "datamodule: datamodule.embedder = module.frozen_encoder)")
 
     def forward(self, batch: dict) -> torch.Tensor:
-        if self.encoder is not None:
-            parts = [self.encoder(batch["texts"][f]) for f in self.fields]
-        elif "embeddings" in batch:
-            parts = [batch["embeddings"]]
+        scores = None
+        if self.experts:
+            scores = batch["expert_scores"] if "expert_scores" in batch else self.expert_scores(batch)
+        if self.head_input == "expert_scores":
+            parts = [scores.flatten(1).float()]
         else:
-            raise ValueError("a net over a frozen encoder needs batch['embeddings'] (attach the encoder to the "
-                             "datamodule: datamodule.embedder = module.frozen_encoder)")
+            parts = [self._embeddings(batch)]
         if self.branch is not None:
             parts.append(self.branch(batch).to(parts[0].dtype))
         if self.persona is not None:
             parts.append(self.persona(batch["persona_ids"], batch["persona_numeric"]))
-        return self.head(torch.cat(parts, dim=-1))
+        out = self.head(torch.cat(parts, dim=-1))
+        if scores is None:
+            return out
+        return out + (scores.to(out.dtype) * self.stack_weight).sum(-1) + self.stack_bias
 
 
 class TextEmpathyModule(L.LightningModule):
@@ -121,6 +179,7 @@ class TextEmpathyModule(L.LightningModule):
         self.register_buffer("target_std", torch.tensor(data_info["target_std"], dtype=torch.float32))
         self._outputs: dict[str, list] = {"val": [], "test": []}
         self.test_predictions: dict[str, np.ndarray] = {}
+        self.stack_report: dict[str, dict[str, float]] = {}
 
     @property
     def encoder(self) -> TextEncoder:
@@ -131,11 +190,32 @@ class TextEmpathyModule(L.LightningModule):
         return self.net(batch) * self.target_std + self.target_mean
 
     def on_fit_start(self) -> None:
-        """Fit an extra branch (TF-IDF, ...) on the training rows' texts, once (not again on resume)."""
+        """Fit an extra branch (TF-IDF, ...) on the training rows' texts, once (not again on resume), and
+        the ridge experts with their stack weights (deterministic, so a resumed run refits the same)."""
+        dm = self.trainer.datamodule
         branch = self.net.branch
         if branch is not None and not getattr(branch, "fitted", True):
-            dm = self.trainer.datamodule
             branch.fit({f: [dm.fields[f][i] for i in dm.train_rows] for f in self.net.fields})
+        if self.net.experts:
+            self._fit_experts(dm)
+
+    def _fit_experts(self, dm) -> None:
+        rows = np.asarray(dm.train_rows)
+        batch = dm.collate(rows)
+        targets = (dm.targets[rows] - dm.target_mean) / dm.target_std
+        held_out = self.net.fit_experts(batch, targets, dm.groups(rows))
+        lookup = torch.full((len(dm.table), *held_out.shape[1:]), float("nan"))
+        lookup[torch.from_numpy(rows)] = torch.from_numpy(held_out)
+        self.__dict__["_held_out_scores"] = lookup  # not state: rebuilt at every fit start
+        z = targets.mean(1)
+        self.stack_report = {
+            e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha,
+                      "held_out_r": float(np.corrcoef(held_out[:, :, k].mean(1), z)[0, 1])
+                      if held_out[:, :, k].std() > 0 and z.std() > 0 else 0.0}
+            for k, e in enumerate(self.net.experts)}
+        log.info("ridge experts on %d training rows (held-out r, ridge alpha, stack weight): %s", len(rows),
+                 "; ".join(f"{name} {v['held_out_r']:.3f}, {v['alpha']:g}, {v['weight']:.3f}"
+                           for name, v in self.stack_report.items()))
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         z = self.net(batch)
@@ -148,6 +228,11 @@ class TextEmpathyModule(L.LightningModule):
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        if self.net.experts:  # the experts' held-out predictions on training rows, never their fitted ones
+            scores = self._held_out_scores[batch["row"].cpu()]
+            if torch.isnan(scores).any():
+                raise RuntimeError("a training batch holds rows the experts were not fitted on")
+            batch = {**batch, "expert_scores": scores.to(self.device)}
         return self._step(batch, "train")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -187,9 +272,10 @@ class TextEmpathyModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = {"format": 1, "encoder": self.encoder_info, "fields": list(self.net.fields),
-                                      "labels": self.label_names}
+                                      "labels": self.label_names, "stack": self.stack_report}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.stack_report = (checkpoint.get(CHECKPOINT_KEY) or {}).get("stack") or self.stack_report
         saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("encoder") or {}
         if saved.get("identity") and saved["identity"] != self.encoder_info["identity"]:
             raise ValueError(f"the checkpoint was trained with encoder {saved.get('model_path')} (identity "

@@ -142,7 +142,7 @@ def report_text_test(module: TextEmpathyModule, datamodule: TextDataModule, out_
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = {"model": results, "baselines": baseline_results,
                "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
-               "data": dm.describe()}
+               "stack": module.stack_report, "data": dm.describe()}
     (out_dir / "test_metrics.json").write_text(json.dumps(summary, indent=1))
     (out_dir / "test_metrics.md").write_text(table + "\n")
     pd.DataFrame([{"row": row, **values} for row, values in per_output[main].items()]).to_csv(
