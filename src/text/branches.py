@@ -7,14 +7,13 @@ checkpoint scores new text without the training data. Pick one with `model.net.b
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
-from torch import nn
+
+from src.text.fitted import FittedModule
 
 
-class TfidfBranch(nn.Module):
+class TfidfBranch(FittedModule):
     """Word 1-2-gram TF-IDF (sublinear tf) of all fields joined, reduced to `n_components` by
     truncated SVD (latent semantic analysis) and standardised; fitted on the training rows only.
     Bag-of-words signal next to the encoder (TF-IDF + ridge is a strong baseline on short essays)."""
@@ -23,15 +22,10 @@ class TfidfBranch(nn.Module):
         super().__init__()
         self.out_dim = int(n_components)
         self.min_df, self.max_features, self.seed = min_df, max_features, seed
-        self._state: dict[str, Any] | None = None
 
     @staticmethod
     def _join(texts: dict[str, list[str]]) -> list[str]:
         return [" ".join(parts) for parts in zip(*texts.values())]
-
-    @property
-    def fitted(self) -> bool:
-        return self._state is not None
 
     def fit(self, texts: dict[str, list[str]]) -> "TfidfBranch":
         from sklearn.decomposition import TruncatedSVD
@@ -58,11 +52,4 @@ class TfidfBranch(nn.Module):
         reduced = (state["svd"].transform(state["vectorizer"].transform(self._join(batch["texts"]))) - state["mean"]) / state["std"]
         out = np.zeros((reduced.shape[0], self.out_dim), dtype=np.float32)  # fewer SVD components: zero-padded
         out[:, :reduced.shape[1]] = reduced
-        device = batch["persona_ids"].device if "persona_ids" in batch else None
-        return torch.from_numpy(out).to(device)
-
-    def get_extra_state(self) -> dict[str, Any] | None:
-        return self._state
-
-    def set_extra_state(self, state: dict[str, Any] | None) -> None:
-        self._state = state
+        return self._as_batch_tensor(out, batch)

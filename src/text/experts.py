@@ -28,7 +28,8 @@ from scipy.sparse import csr_matrix, hstack
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GroupKFold
-from torch import nn
+
+from src.text.fitted import FittedModule
 
 RIDGE_ALPHAS = tuple(float(10 ** (k / 2)) for k in range(-2, 11))  # 0.1 .. 1e5: features are not scaled alike
 
@@ -58,7 +59,7 @@ class FieldTfidf:
         return hstack(blocks).tocsr() if blocks else None
 
 
-class RidgeExpert(nn.Module):
+class RidgeExpert(FittedModule):
     """Ridge regression on features of a batch; subclasses say which features (`_features`)."""
 
     needs_embeddings = False
@@ -68,11 +69,6 @@ class RidgeExpert(nn.Module):
         super().__init__()
         self.alphas = tuple(float(a) for a in alphas)
         self.inner_folds = int(inner_folds)
-        self._state: dict[str, Any] | None = None
-
-    @property
-    def fitted(self) -> bool:
-        return self._state is not None
 
     @property
     def alpha(self) -> float | None:
@@ -137,14 +133,7 @@ class RidgeExpert(nn.Module):
             x = self._features(batch)
             if x is not None:
                 out += np.asarray(x @ state["coef"].T, dtype=np.float32).reshape(n, -1)
-        device = batch["persona_ids"].device if "persona_ids" in batch else None
-        return torch.from_numpy(out).to(device)
-
-    def get_extra_state(self) -> dict[str, Any] | None:
-        return self._state
-
-    def set_extra_state(self, state: dict[str, Any] | None) -> None:
-        self._state = state
+        return self._as_batch_tensor(out, batch)
 
 
 class TfidfRidgeExpert(RidgeExpert):
