@@ -107,7 +107,9 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     try:
         log_run_metadata(loggers, run_metadata(cfg, datamodule.describe()), out_dir)
         if cfg.get("train", True):
-            trainer.fit(model, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg.get("ckpt_path"), trainer))
+            # weights_only=False: a text run's checkpoint holds fitted vocabularies and ridge coefficients
+            trainer.fit(model, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg.get("ckpt_path"), trainer),
+                        weights_only=False)
         validation = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         checkpoint = trainer.checkpoint_callback
         best_validation = ({checkpoint.monitor: float(checkpoint.best_model_score)}

@@ -101,3 +101,12 @@ def test_baseline_ridge_grid_reaches_the_penalties_weak_signal_needs():
     alpha = baselines._pick_alpha(x[:300], y[:300], x[300:], y[300:])
     errors = {a: np.mean((Ridge(alpha=a).fit(x[:300], y[:300]).predict(x[300:]) - y[300:]) ** 2) for a in (100.0, alpha)}
     assert alpha > 100 and errors[alpha] < errors[100.0]
+
+
+def test_one_training_group_falls_back_to_row_folds_with_a_warning_and_one_row_is_refused(caplog):
+    batch, y, _, _ = _batch(12, 8)
+    with caplog.at_level("WARNING"):
+        held_out = TfidfRidgeExpert(min_df=1).fit(batch, y, ["w1"] * 12)
+    assert held_out.shape == (12, 1) and "one group" in caplog.text
+    with pytest.raises(ValueError, match="1 training row.*model.net.experts=\\[\\]"):
+        EmbeddingRidgeExpert().fit({"texts": {"text": ["a"]}, "embeddings": torch.zeros(1, 8)}, y[:1], ["w1"])

@@ -177,3 +177,21 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
     scores = scorer.score({"text": texts})
     assert scores["emotional"][0] > scores["emotional"][1] + 0.5
     assert json.loads((tmp_path / "out" / "test_metrics.json").read_text())["model"]["rating"]["spearman"] > 0.5
+
+
+def test_a_killed_text_run_resumes_from_its_last_checkpoint_with_the_fitted_experts(run, tmp_path):
+    """Resuming loaded last.ckpt with torch's weights-only unpickler, which refuses the experts'
+    fitted vocabularies and coefficients: the rerun of a killed text job failed."""
+    import torch
+
+    from src.pipeline import train
+    from src.utils.compose import compose_config
+
+    _, _, root = run
+    overrides = _overrides(root, "logger=none", "model.baselines.enabled=false")
+    train(compose_config(overrides + ["trainer.max_epochs=2"], tmp_path / "out"))
+    (tmp_path / "out" / "test_metrics.json").unlink()  # as if killed after epoch 2
+    resumed = train(compose_config(overrides + ["trainer.max_epochs=3"], tmp_path / "out"))
+    last = torch.load(tmp_path / "out" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["epoch"] == 2 and "net.experts.0._extra_state" in last["state_dict"]
+    assert resumed["model"]["rating"]["spearman"] > 0.5

@@ -17,6 +17,7 @@ checkpoint as PyTorch extra state, so a checkpoint scores new text without the t
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -31,6 +32,7 @@ from sklearn.model_selection import GroupKFold
 
 from src.text.fitted import FittedModule
 
+log = logging.getLogger(__name__)
 RIDGE_ALPHAS = tuple(float(10 ** (k / 2)) for k in range(-2, 11))  # 0.1 .. 1e5: features are not scaled alike
 
 
@@ -88,13 +90,16 @@ class RidgeExpert(FittedModule):
     def fit(self, batch: dict, targets: np.ndarray, groups: list[str] | np.ndarray) -> np.ndarray:
         """Fit on the training rows in `batch`; returns their cross-fitted predictions (N x labels)."""
         targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
-        n_groups = len(set(groups))
-        k = min(self.inner_folds, n_groups)
+        groups = np.asarray(groups)
+        if len(set(groups.tolist())) < 2:  # a tiny table: rows of the one group, with a warning
+            log.warning("%s: the training rows hold one group, so its held-out predictions split rows of that "
+                        "group (too few groups for grouped folds)", type(self).__name__)
+            groups = np.arange(len(targets))
+        k = min(self.inner_folds, len(set(groups.tolist())))
         if k < 2:
-            raise ValueError(f"{type(self).__name__}: the training rows hold {n_groups} group(s); stacking needs "
-                             "at least 2 for its held-out predictions (or train the encoder + head recipe: "
-                             "model.net.experts=[] model.net.head_input=embeddings)")
-        folds = list(GroupKFold(n_splits=k).split(np.zeros(len(targets)), groups=np.asarray(groups)))
+            raise ValueError(f"{type(self).__name__}: {len(targets)} training row(s); stacking needs at least 2 "
+                             "(or train the encoder + head recipe: model.net.experts=[] model.net.head_input=embeddings)")
+        folds = list(GroupKFold(n_splits=k).split(np.zeros(len(targets)), groups=groups))
         held_out = np.zeros((len(self.alphas), *targets.shape))
         for train, test in folds:
             sub = lambda rows: _select(batch, rows)  # noqa: E731
