@@ -79,7 +79,7 @@ def summary_table(folds: list[dict], seconds: list[float]) -> str:
     mean = {row: {m: float(np.mean([v[m] for v in values])) for m in METRICS} for row, values in rows.items()}
     lines = ["| | " + " | ".join(METRICS.values()) + " |", "|---" * (len(METRICS) + 1) + "|"]
     for row, values in rows.items():
-        cells = [f"{np.mean([v[m] for v in values]):.3f} ± {np.std([v[m] for v in values], ddof=1):.3f}" for m in METRICS]
+        cells = [f"{mean[row][m]:.3f} ± {np.std([v[m] for v in values], ddof=1):.3f}" for m in METRICS]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines.append("")
     for name in rows:

@@ -102,9 +102,8 @@ class RidgeExpert(FittedModule):
         folds = list(GroupKFold(n_splits=k).split(np.zeros(len(targets)), groups=groups))
         held_out = np.zeros((len(self.alphas), *targets.shape))
         for train, test in folds:
-            sub = lambda rows: _select(batch, rows)  # noqa: E731
-            x_train = self._fit_features(sub(train))
-            x_test = self._features(sub(test))
+            x_train = self._fit_features(_select(batch, train))
+            x_test = self._features(_select(batch, test))
             if x_train is None:  # no features on this fold: the fold's training mean
                 held_out[:, test] = targets[train].mean(0)
                 continue
@@ -132,7 +131,7 @@ class RidgeExpert(FittedModule):
         if self._state is None:
             raise RuntimeError(f"{type(self).__name__} used before fit (the module fits it at the start of training)")
         state = self._state
-        n = len(batch["target"]) if "target" in batch else _batch_size(batch)
+        n = _batch_size(batch)
         out = np.tile(state["intercept"], (n, 1)).astype(np.float32)
         if state["coef"] is not None:
             x = self._features(batch)

@@ -204,9 +204,16 @@ class TextEmpathyModule(L.LightningModule):
         batch = dm.collate(rows)
         targets = (dm.targets[rows] - dm.target_mean) / dm.target_std
         held_out = self.net.fit_experts(batch, targets, dm.groups(rows))
+        # Expert scores per row while fitting (not state: rebuilt at every fit start, dropped at its end):
+        # training rows get the held-out predictions, never the fitted ones; validation rows the fitted
+        # experts' scores, computed once here instead of every epoch (the experts do not change).
         lookup = torch.full((len(dm.table), *held_out.shape[1:]), float("nan"))
         lookup[torch.from_numpy(rows)] = torch.from_numpy(held_out)
-        self.__dict__["_held_out_scores"] = lookup  # not state: rebuilt at every fit start
+        val_rows = np.asarray(dm.val_rows)
+        if len(val_rows):
+            with torch.no_grad():
+                lookup[torch.from_numpy(val_rows)] = self.net.expert_scores(dm.collate(val_rows)).float().cpu()
+        self.__dict__["_fit_scores"] = lookup
         z = targets.mean(1)
         self.stack_report = {
             e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha,
@@ -227,16 +234,22 @@ class TextEmpathyModule(L.LightningModule):
             self._outputs[stage].append((scores.float().cpu(), batch["target"].cpu(), batch["row"].cpu()))
         return loss
 
+    def _with_fit_scores(self, batch: dict) -> dict:
+        """The batch with its rows' expert scores from the fit-start lookup (see _fit_experts)."""
+        scores = self._fit_scores[batch["row"].cpu()]
+        if torch.isnan(scores).any():
+            raise RuntimeError("a batch holds rows outside the training and validation rows the experts were set up for")
+        return {**batch, "expert_scores": scores.to(self.device)}
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        if self.net.experts:  # the experts' held-out predictions on training rows, never their fitted ones
-            scores = self._held_out_scores[batch["row"].cpu()]
-            if torch.isnan(scores).any():
-                raise RuntimeError("a training batch holds rows the experts were not fitted on")
-            batch = {**batch, "expert_scores": scores.to(self.device)}
-        return self._step(batch, "train")
+        return self._step(self._with_fit_scores(batch) if self.net.experts else batch, "train")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._step(batch, "val")
+        fitting = self.net.experts and "_fit_scores" in self.__dict__  # validate() outside fit: scored afresh
+        self._step(self._with_fit_scores(batch) if fitting else batch, "val")
+
+    def on_fit_end(self) -> None:
+        self.__dict__.pop("_fit_scores", None)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "test")
