@@ -1,18 +1,8 @@
-"""Evaluate a checkpoint or a sweep (see conf/evaluate.yaml):
+"""Evaluate a checkpoint or a sweep (see empathic_fusion/conf/evaluate.yaml). Same as `empathic-evaluate`:
     python evaluate.py ckpt_path=path/to.ckpt
     python evaluate.py sweep_dir=logs/train/multiruns/<date>
 """
-import hydra
-from omegaconf import DictConfig
-
-import src.utils  # noqa: F401  (registers the project_root resolver)
-from src.pipeline import evaluate
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
-    evaluate(cfg)
-
+from empathic_fusion.cli import evaluate
 
 if __name__ == "__main__":
-    main()
+    evaluate()

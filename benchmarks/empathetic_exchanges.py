@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
-import src.utils  # noqa: E402,F401  (project_root resolver)
-from src.evaluation.sweep import evaluate_sweep  # noqa: E402
-from src.pipeline import train  # noqa: E402
+import empathic_fusion.utils  # noqa: E402,F401  (project_root resolver)
+from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
+from empathic_fusion.pipeline import train  # noqa: E402
 
 
 def main(overrides: list[str]) -> int:

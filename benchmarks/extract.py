@@ -7,7 +7,7 @@ H.264) read again and again as if it were many sessions until --frames frames ar
   decode      OpenCV decode + resampling onto the dataset clock (media.iter_frames)
   face        decode + MediaPipe face mesh features (1451 per frame)
   cnn         decode + EfficientNet-Lite0 embeddings (1280), batched; CUDA in fp16 when present
-  video path  decode once -> face + cnn (src/features/video_pass.py), what extraction runs
+  video path  decode once -> face + cnn (empathic_fusion/features/video_pass.py), what extraction runs
   face+audio+text  decode + face, plus openSMILE LLDs and SBERT of a transcript for the same seconds
 and the ratios to decode alone. With --workers N every stage runs N sessions at once in N
 processes (as extraction does), so the numbers are the machine's throughput.
@@ -35,7 +35,7 @@ def _init(stage: str, cnn_batch: int, threads: int) -> None:
 
     torch.set_num_threads(threads)
     if stage in ("cnn", "video_path"):
-        from src.features.cnn_frames import FrameEmbedder
+        from empathic_fusion.features.cnn_frames import FrameEmbedder
 
         _EMBEDDER = FrameEmbedder(batch_size=cnn_batch)
 
@@ -43,8 +43,8 @@ def _init(stage: str, cnn_batch: int, threads: int) -> None:
 def _session(args: tuple[str, str, float]) -> int:
     """Run one stage over one copy of the video; returns the frames it produced on the dataset clock."""
     stage, video, fps = args
-    from src.features.media import iter_frames
-    from src.features.video_pass import extract_video
+    from empathic_fusion.features.media import iter_frames
+    from empathic_fusion.features.video_pass import extract_video
 
     if stage == "decode":
         return sum(1 for _ in iter_frames(Path(video), fps))
@@ -67,8 +67,8 @@ def _audio_text(video: str, fps: float, n_frames: int) -> None:
     import numpy as np
     import pandas as pd
 
-    from src.features.audio_smile import extract_audio
-    from src.features.text_sbert import extract_text
+    from empathic_fusion.features.audio_smile import extract_audio
+    from empathic_fusion.features.text_sbert import extract_text
 
     try:
         extract_audio(Path(video), fps)
@@ -91,7 +91,7 @@ _ENCODER = None
 def _text_encoder():
     global _ENCODER
     if _ENCODER is None:
-        from src.features.text_sbert import SentenceEncoder
+        from empathic_fusion.features.text_sbert import SentenceEncoder
 
         _ENCODER = SentenceEncoder(device="cuda" if _cuda() else "cpu")
     return _ENCODER
@@ -105,7 +105,7 @@ def _cuda() -> bool:
 
 def measure(stage: str, video: Path, fps: float, frames: int, workers: int, cnn_batch: int) -> tuple[int, float]:
     """(frames, seconds) for enough sessions of the video to reach `frames`, after one warm-up session."""
-    from src.features.media import probe_video
+    from empathic_fusion.features.media import probe_video
 
     per_session = max(probe_video(video).frames_at(fps), 1)
     sessions = max(math.ceil(frames / per_session), workers)
@@ -137,7 +137,7 @@ def main() -> None:
         raise SystemExit(f"{args.video} does not exist: pass --video (any video OpenCV reads)")
     import torch
 
-    from src.features.media import probe_video
+    from empathic_fusion.features.media import probe_video
 
     info = probe_video(args.video)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"

@@ -26,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from src.dataset import load_dataset  # noqa: E402
-from src.demo.generate import DemoConfig, generate_demo  # noqa: E402
-from src.features.extract import extract_features  # noqa: E402
-from src.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError  # noqa: E402
+from empathic_fusion.dataset import load_dataset  # noqa: E402
+from empathic_fusion.demo.generate import DemoConfig, generate_demo  # noqa: E402
+from empathic_fusion.features.extract import extract_features  # noqa: E402
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError  # noqa: E402
 
 FEATURES = {"text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"}}
 MODALITIES = ["video", "audio", "text"]

@@ -44,12 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
-from src.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
-from src.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
-from src.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
-from src.features.extract import branch_signature  # noqa: E402
-from src.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
-from src.models.empathy_module import EmpathyModule  # noqa: E402
+from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
+from empathic_fusion.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
+from empathic_fusion.features.extract import branch_signature  # noqa: E402
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
+from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 
 FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
 FULL_WINDOWS = 99_357  # Story Share windows

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from src.models.empathy_module import EmpathyModule  # noqa: E402
+from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 from train_throughput import SyntheticBatches, model_net  # noqa: E402
 
 MMSA_DIR = ROOT.parent / "shared" / "anchors" / "mmsa"

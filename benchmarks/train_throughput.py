@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.models.empathy_module import EmpathyModule  # noqa: E402
+from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 
 MODELS = ("lf_lstm", "ef_lstm", "tfn", "amer")
 MODALITIES = ("video", "audio", "text")

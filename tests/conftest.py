@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-import src.utils  # noqa: F401  (project_root resolver)
-from src.demo.generate import DemoConfig, generate_demo
+import empathic_fusion.utils  # noqa: F401  (project_root resolver)
+from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
 FEATURES_CFG = {
     "face": {"min_detection_confidence": 0.5, "min_tracking_confidence": 0.5},
@@ -28,9 +28,9 @@ def tiny_dataset(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_store(tiny_dataset, tmp_path_factory) -> Path:
     """A store with every branch extracted (read-only for tests: copy it before changing it)."""
-    from src.dataset import load_dataset
-    from src.features.extract import extract_features
-    from src.features.store import FeatureStore
+    from empathic_fusion.dataset import load_dataset
+    from empathic_fusion.features.extract import extract_features
+    from empathic_fusion.features.store import FeatureStore
 
     root = tmp_path_factory.mktemp("store") / "features"
     report = extract_features(load_dataset(tiny_dataset), FeatureStore(root), ["video", "audio", "text"],

@@ -14,8 +14,8 @@ import cv2
 import numpy as np
 import pytest
 
-from src.utils import PROJECT_ROOT
-from src.utils.compose import compose_config
+from empathic_fusion.utils import PROJECT_ROOT
+from empathic_fusion.utils.compose import compose_config
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,8 +29,8 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists() and os.environ.get("CI
 @pytest.fixture(scope="module")
 def text_model(tmp_path_factory) -> Path:
     """A tiny text regressor with persona columns trained by the one training path (frozen packaged encoder)."""
-    from src.pipeline import train
-    from src.text.synthetic import make_text_table
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.text.synthetic import make_text_table
 
     root = tmp_path_factory.mktemp("text_model")
     make_text_table(16, 2, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
@@ -45,7 +45,7 @@ def text_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def fusion_run(tiny_dataset, tiny_store, tmp_path_factory) -> tuple[dict, Path]:
     """One epoch of the default fusion model on the tiny demo: a checkpoint with normalisation stats."""
-    from src.pipeline import train
+    from empathic_fusion.pipeline import train
 
     out = tmp_path_factory.mktemp("fusion_run")
     cfg = compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
@@ -68,7 +68,7 @@ def test_test_report_writes_a_local_timeline_per_test_session(fusion_run):
 def test_checkpoint_carries_the_training_normalisation(fusion_run):
     import torch
 
-    from src.models.empathy_module import STATS_KEY
+    from empathic_fusion.models.empathy_module import STATS_KEY
 
     checkpoint = torch.load(fusion_run[0]["best_checkpoint"], map_location="cpu", weights_only=False)
     mean, std = checkpoint[STATS_KEY]["video"]
@@ -85,9 +85,9 @@ def _blank_video(path: Path, seconds: float, fps: int = 15) -> Path:
 
 @pytest.fixture(scope="module")
 def app_url(text_model, fusion_run, tmp_path_factory):
-    from src.app.clip import ClipScorer
-    from src.app.text import load_text_scorer
-    from src.app.ui import build_app, launch
+    from empathic_fusion.app.clip import ClipScorer
+    from empathic_fusion.app.text import load_text_scorer
+    from empathic_fusion.app.ui import build_app, launch
 
     flags = tmp_path_factory.mktemp("flags") / "flagged.csv"
     clip = ClipScorer(fusion_run[0]["best_checkpoint"], max_upload_mb=5.0)  # the demo .avi is 3.6 MB
@@ -106,7 +106,7 @@ def _upload(page, elem_id: str, path: Path) -> None:
 def test_app_in_headless_chromium_without_network(app_url, text_model, tiny_dataset, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from src.app.text import load_text_scorer, score_text
+    from empathic_fusion.app.text import load_text_scorer, score_text
 
     url, flags = app_url
     if MEDIA.is_dir():

@@ -4,8 +4,8 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from src.pipeline import _instantiate_all
-from src.utils.compose import compose_config
+from empathic_fusion.pipeline import _instantiate_all
+from empathic_fusion.utils.compose import compose_config
 
 
 class WorseningModule(L.LightningModule):

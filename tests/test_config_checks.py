@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from src.pipeline import evaluate, train
-from src.utils.compose import compose_config
-from src.utils.config_checks import ConfigError, check_config
+from empathic_fusion.pipeline import evaluate, train
+from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.utils.config_checks import ConfigError, check_config
 from tests.test_configs import COMBOS, TEXT_TABLE, _is_text
 
 

@@ -7,12 +7,12 @@ import hydra
 import pytest
 from omegaconf import OmegaConf
 
-from src.models.empathy_module import EmpathyModule
-from src.pipeline import build_datamodule
-from src.utils import PROJECT_ROOT
-from src.utils.compose import compose_config
+from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.pipeline import build_datamodule
+from empathic_fusion.utils import CONFIG_DIR
+from empathic_fusion.utils.compose import compose_config
 
-CONF = PROJECT_ROOT / "conf"
+CONF = CONFIG_DIR
 
 
 def _options(group: str) -> list[str]:
@@ -28,7 +28,7 @@ COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _optio
     + [f"logger={lg}" for lg in _options("logger")] + [f"experiment={e}" for e in _options("experiment")]
 
 
-# Text models (src/text/) pair with text tables, not with the multimodal datamodule: they are composed
+# Text models (empathic_fusion/text/) pair with text tables, not with the multimodal datamodule: they are composed
 # with each other (see _check_text_config). The LLM judge is an evaluate.py config group (conf/judge).
 TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor"}
 TEXT_TABLE = ["data.path=/some/table.csv", "data.text_columns=[text]", "data.label_columns=[score]"]
@@ -41,10 +41,10 @@ def _is_text(override: str) -> bool:
 
 
 def _check_text_config(override: str, tmp_path: Path) -> None:
-    from src.text.data import PersonaEncoder
-    from src.text.datamodule import TextDataModule
-    from src.text.model import TextEmpathyModule
-    from src.text.pipeline import build_text_datamodule, is_text_config
+    from empathic_fusion.text.data import PersonaEncoder
+    from empathic_fusion.text.datamodule import TextDataModule
+    from empathic_fusion.text.model import TextEmpathyModule
+    from empathic_fusion.text.pipeline import build_text_datamodule, is_text_config
 
     extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE,
              "model=text_regressor": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
@@ -75,7 +75,7 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
 
 
 def test_judge_config_composes_for_evaluate(tmp_path):
-    from src.text.llm_judge import PROMPTS
+    from empathic_fusion.text.llm_judge import PROMPTS
 
     cfg = _compose("evaluate", ["judge=llm_judge", "+data=empathetic_exchanges"], tmp_path)
     assert cfg.judge.prompt in PROMPTS and cfg.judge.max_retries >= 1 and cfg.data.label_columns == ["empathy"]
@@ -129,7 +129,7 @@ def test_paper_grid_experiments_sweep_the_grid_and_end_with_tables(experiment, s
     assert params.model.split(",") == ["amer", "tfn", "ef_lstm", "lf_lstm", "story_similarity", "mean"]
     assert params.modality.split(",") == ["t", "v+a", "v+t", "a+t", "v+a+t"] and params.seed == "1,2,3"
     assert set(params.model.split(",")) <= set(_options("model")) and set(params.modality.split(",")) <= set(_options("modality"))
-    assert cfg.hydra.callbacks.paper_tables._target_ == "src.evaluation.sweep.PaperTablesCallback"
+    assert cfg.hydra.callbacks.paper_tables._target_ == "empathic_fusion.evaluation.sweep.PaperTablesCallback"
     hydra.utils.instantiate(cfg.hydra.callbacks.paper_tables)
     assert cfg.data.scenario == scenario and cfg.grid.skip_incompatible
 

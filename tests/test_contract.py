@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from src.dataset import PHASES, DatasetError, load_dataset
+from empathic_fusion.dataset import PHASES, DatasetError, load_dataset
 
 
 def _edit(root, name, fn):

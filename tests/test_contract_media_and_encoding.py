@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from src.dataset import load_dataset
-from src.dataset.contract import DatasetError
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.dataset.contract import DatasetError
 
 
 def test_missing_audio_blocks_only_runs_that_read_audio(dataset_copy):
@@ -46,7 +46,7 @@ def test_audio_at_any_rate_and_stereo_becomes_16khz_mono_of_the_same_duration(ra
     import numpy as np
     import soundfile as sf
 
-    from src.features.media import load_audio
+    from empathic_fusion.features.media import load_audio
 
     t = np.arange(int(rate * 2.5)) / rate
     stereo = np.stack([0.5 * np.sin(2 * np.pi * 220 * t), np.zeros_like(t)], axis=1)  # sound on one channel only
@@ -59,7 +59,7 @@ def test_audio_at_any_rate_and_stereo_becomes_16khz_mono_of_the_same_duration(ra
 def test_real_48khz_stereo_aac_track_is_read_as_16khz_mono():
     from pathlib import Path
 
-    from src.features.media import load_audio
+    from empathic_fusion.features.media import load_audio
 
     clip = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "media" / "WolfgangLanger_Pexels.mp4"
     if not clip.exists():

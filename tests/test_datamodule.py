@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from src.datamodules.empathy_datamodule import EmpathyDataModule
-from src.features.store import FeatureStore
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from src.dataset import load_dataset
-from src.features.extract import extract_features
-from src.features.store import FeatureStore
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
 from tests.test_datamodule import _datamodule
 

@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from src.dataset import load_dataset
-from src.demo.generate import MIN_UTTERANCE_S, DemoConfig, generate_demo, plan_demo
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.demo.generate import MIN_UTTERANCE_S, DemoConfig, generate_demo, plan_demo
 
 
 @pytest.mark.parametrize("field, value", [("reflection_s", 3.0), ("story_share_s", 1.0), ("warm_up_s", 0.5),

@@ -11,8 +11,8 @@ import pytest
 from scipy.io import wavfile
 from scipy.stats import pearsonr, spearmanr
 
-from src.demo.face import FACE_CONTROLS, render_face_frames, write_face_video
-from src.demo.speech import SAMPLE_RATE, Voice, synthesize_track, write_wav
+from empathic_fusion.demo.face import FACE_CONTROLS, render_face_frames, write_face_video
+from empathic_fusion.demo.speech import SAMPLE_RATE, Voice, synthesize_track, write_wav
 
 N_FRAMES = 60
 HIDDEN = slice(40, 46)  # face_visible = 0 here

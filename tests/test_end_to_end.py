@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from src.pipeline import evaluate, train
-from src.utils.compose import compose_config
+from empathic_fusion.pipeline import evaluate, train
+from empathic_fusion.utils.compose import compose_config
 
 
 def _cfg(name: str, overrides: list[str], out: Path):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from src.evaluation.agreement import agreement, agreement_table, main, mixed_model
+from empathic_fusion.evaluation.agreement import agreement, agreement_table, main, mixed_model
 
 
 def _nested(seed: int = 0, n_stories: int = 30, offset: float = 0.4) -> pd.DataFrame:

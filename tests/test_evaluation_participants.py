@@ -9,10 +9,10 @@ import pytest
 import torch
 from scipy import stats
 
-from src.evaluation.participants import bootstrap_ci, per_participant
-from src.evaluation.plots import (log_figure, modality_ablation, per_participant_r, predicted_vs_true,
+from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
+from empathic_fusion.evaluation.plots import (log_figure, modality_ablation, per_participant_r, predicted_vs_true,
                                   rating_distributions, save_figure)
-from src.metrics import empathy_metrics, metric_values
+from empathic_fusion.metrics import empathy_metrics, metric_values
 
 
 def _predictions(n_participants: int = 12, per_person: int = 8, signal: float = 0.8, seed: int = 0) -> pd.DataFrame:

@@ -9,10 +9,10 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
-from src.datamodules.splits import participant_folds
-from src.dataset import load_dataset
-from src.pipeline import evaluate, train
-from src.utils.compose import compose_config
+from empathic_fusion.datamodules.splits import participant_folds
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.pipeline import evaluate, train
+from empathic_fusion.utils.compose import compose_config
 
 IDS = [f"p{i:02d}" for i in range(41)]
 

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src.evaluation.sweep import PaperTablesCallback, collect_runs, evaluate_sweep, skipped_runs
-from src.evaluation.tables import aggregate_runs, rank_marks, to_latex, to_markdown
-from src.metrics import ALL_METRIC_NAMES
+from empathic_fusion.evaluation.sweep import PaperTablesCallback, collect_runs, evaluate_sweep, skipped_runs
+from empathic_fusion.evaluation.tables import aggregate_runs, rank_marks, to_latex, to_markdown
+from empathic_fusion.metrics import ALL_METRIC_NAMES
 
-MODELS = {"src.models.lf_lstm.LFLSTM": 0.30, "src.models.tfn.TFN": 0.10, "src.models.amer.AMER": 0.20}
+MODELS = {"empathic_fusion.models.lf_lstm.LFLSTM": 0.30, "empathic_fusion.models.tfn.TFN": 0.10, "empathic_fusion.models.amer.AMER": 0.20}
 MODALITIES = {"t": ["text"], "v+t": ["video", "text"]}
 
 
@@ -96,7 +96,7 @@ def test_callback_writes_tables_into_the_sweep_dir(sweep, capsys):
 
 def test_folds_are_aggregated_and_coverage_checked(tmp_path):
     for fold in range(3):
-        job = _job(tmp_path, fold, "src.models.lf_lstm.LFLSTM", "t", 1, 0.1 * fold, cv_folds=3, cv_fold=fold)
+        job = _job(tmp_path, fold, "empathic_fusion.models.lf_lstm.LFLSTM", "t", 1, 0.1 * fold, cv_folds=3, cv_fold=fold)
         pd.DataFrame({"participant_id": [f"p{fold}a", f"p{fold}b"], "predicted": [3, 4], "rated": [2, 5]}).to_csv(
             job / "test_predictions.csv", index=False)
     evaluate_sweep(tmp_path, tmp_path / "out", plots=False)

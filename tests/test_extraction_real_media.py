@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from src.dataset import load_dataset
-from src.features.extract import extract_features
-from src.features.face_mesh import FACE_DIM
-from src.features.store import FeatureStore
-from src.utils import PROJECT_ROOT
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.face_mesh import FACE_DIM
+from empathic_fusion.features.store import FeatureStore
+from empathic_fusion.utils import PROJECT_ROOT
 from tests.conftest import FEATURES_CFG
 
 MEDIA = PROJECT_ROOT.parent / "shared" / "data" / "media"
@@ -28,7 +28,7 @@ def real_dataset(tmp_path_factory):
     for name in ("WolfgangLanger_Pexels.mp4", "single_face.mp4", "arctic_a0007.wav"):
         (root / "media" / name).symlink_to(MEDIA / name)
     (root / "dataset.yaml").write_text("name: real\nfps: 15\n")
-    from src.demo.face import write_face_video
+    from empathic_fusion.demo.face import write_face_video
 
     write_face_video(root / "media" / "silent.avi", {"face_visible": np.ones(15)}, fps=15)  # MJPG, no audio stream
     (root / "participants.csv").write_text("participant_id\np1\np2\np3\np4\n")

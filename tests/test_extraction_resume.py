@@ -13,11 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from src.dataset import load_dataset
-from src.demo.generate import DemoConfig, generate_demo
-from src.features.extract import extract_features, parse_shard
-from src.features.store import FeatureStore
-from src.utils import PROJECT_ROOT
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.demo.generate import DemoConfig, generate_demo
+from empathic_fusion.features.extract import extract_features, parse_shard
+from empathic_fusion.features.store import FeatureStore
+from empathic_fusion.utils import PROJECT_ROOT
 from tests.conftest import FEATURES_CFG
 
 SMALL = DemoConfig(n_participants=4, sessions_per_participant=1, warm_up_s=1.0, story_share_s=6.0,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from src.features.cnn_frames import FrameEmbedder
-from src.features.resnet50 import ResNet50, load_resnet50
+from empathic_fusion.features.cnn_frames import FrameEmbedder
+from empathic_fusion.features.resnet50 import ResNet50, load_resnet50
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,8 @@ def test_resnet50_loads_a_torchvision_state_dict_and_gives_2048(tmp_path):
 
 
 def test_video_pass_strides_holds_and_crops_faces(embedder, tmp_path):
-    from src.demo.face import write_face_video
-    from src.features.video_pass import extract_video
+    from empathic_fusion.demo.face import write_face_video
+    from empathic_fusion.features.video_pass import extract_video
 
     n = 12
     visible = np.ones(n)

@@ -8,13 +8,13 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule
-from src.features.speech import speech_mask
-from src.features.branches import with_defaults
-from src.features.extract import branch_signature, extract_features, parse_shard
-from src.features.store import FeatureStore
-from src.utils import PROJECT_ROOT
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.features.speech import speech_mask
+from empathic_fusion.features.branches import with_defaults
+from empathic_fusion.features.extract import branch_signature, extract_features, parse_shard
+from empathic_fusion.features.store import FeatureStore
+from empathic_fusion.utils import CONFIG_DIR
 from tests.conftest import FEATURES_CFG
 
 CNN_DIM = 8
@@ -85,7 +85,7 @@ def test_speech_mask_falls_back_to_voicing():
 
 @pytest.mark.parametrize("option", ["default", "paper"])
 def test_features_configs_compose(option, tmp_path):
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="train", overrides=[f"features={option}"])
         extract = compose(config_name="extract", overrides=[f"features={option}", "shard=3/16", "modality=v+t"])
     features = with_defaults(OmegaConf.to_container(cfg.features, resolve=True))

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.features.openface_import import (OPENFACE_DIM, OPENFACE_FEATURE_NAMES, OpenFaceFormatError,
+from empathic_fusion.features.openface_import import (OPENFACE_DIM, OPENFACE_FEATURE_NAMES, OpenFaceFormatError,
                                           import_openface, read_openface_csv)
-from src.utils import PROJECT_ROOT
+from empathic_fusion.utils import PROJECT_ROOT
 
 REAL_CSV = PROJECT_ROOT.parent / "shared" / "data" / "media" / "OpenFace_Test.csv"
 needs_real = pytest.mark.skipif(not REAL_CSV.exists(), reason="../shared/data/media is not beside the checkout")

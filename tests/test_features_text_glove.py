@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.features.text_glove import extract_glove, load_glove, tokenize, word_spans
+from empathic_fusion.features.text_glove import extract_glove, load_glove, tokenize, word_spans
 
 
 def _transcript() -> pd.DataFrame:

@@ -13,11 +13,11 @@ from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
-from src.models.components.attention import masked_self_attention
-from src.models.components.fusion import tensor_fusion, tensor_fusion_size
-from src.models.components.norm import MaskedBatchNorm
-from src.models.empathy_module import EmpathyModule
-from src.utils import PROJECT_ROOT
+from empathic_fusion.models.components.attention import masked_self_attention
+from empathic_fusion.models.components.fusion import tensor_fusion, tensor_fusion_size
+from empathic_fusion.models.components.norm import MaskedBatchNorm
+from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.utils import CONFIG_DIR
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
 ALL = ("video", "audio", "text")
@@ -31,7 +31,7 @@ def _short(modalities):
 
 
 def _model_cfg(name: str) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(PROJECT_ROOT / "conf" / "model" / f"{name}.yaml"), resolve=True)
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml"), resolve=True)
 
 
 def _model(name, modalities, head=None, **net_overrides):
@@ -127,7 +127,7 @@ def test_overfits_one_small_batch(name, head):
 
 
 def test_tfn_logs_its_fused_size_and_bounds_it(caplog):
-    with caplog.at_level(logging.INFO, logger="src.models.tfn"):
+    with caplog.at_level(logging.INFO, logger="empathic_fusion.models.tfn"):
         model = _model("tfn", list(ALL))
     assert model.net.fused_size == tensor_fusion_size([4, 16, 64]) == 5 * 17 * 65
     assert "5525" in caplog.text and "parameters" in caplog.text

@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, mean_absolute_error, mean_squared_error
 
-from src.metrics import (ALL_METRIC_NAMES, METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics,
+from empathic_fusion.metrics import (ALL_METRIC_NAMES, METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics,
                          format_table, rating_threshold_to_target)
 
 

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from src.models.components.encoders import MaskedLSTMEncoder, masked
-from src.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
-from src.models.components.pooling import masked_mean
+from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, masked
+from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
+from empathic_fusion.models.components.pooling import masked_mean
 
 T = 12
 

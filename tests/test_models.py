@@ -6,10 +6,10 @@ import itertools
 import pytest
 import torch
 
-from src.models.empathy_module import EmpathyModule
+from empathic_fusion.models.empathy_module import EmpathyModule
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
-NET = {"_target_": "src.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 8, "audio": 4, "text": 8},
+NET = {"_target_": "empathic_fusion.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 8, "audio": 4, "text": 8},
        "representation_dim": 16, "post_fusion_hidden": 16, "dropout": 0.0}
 SUBSETS = [list(c) for r in (1, 2, 3) for c in itertools.combinations(("video", "audio", "text"), r)]
 

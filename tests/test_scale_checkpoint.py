@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from src.models.empathy_module import EmpathyModule, FeatureMismatchError, describe_checkpoint
+from empathic_fusion.models.empathy_module import EmpathyModule, FeatureMismatchError, describe_checkpoint
 
 DIMS = {"video": 6, "audio": 4, "text": 5, "story": 5, "traits": 6}
 FEATURES = {"audio": {"feature_set": "ComParE_2016"}, "text": {"model_path": None}}
@@ -26,7 +26,7 @@ def _batch(dims: dict[str, int], n: int = 8, frames: int = 10, seed: int = 0) ->
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    net = {"_target_": "src.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 4, "audio": 4},
+    net = {"_target_": "empathic_fusion.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 4, "audio": 4},
            "representation_dim": 8, "post_fusion_hidden": 8}
     model = EmpathyModule(net, ["video", "audio"], DIMS, head="regression",
                           data_info={"feature_manifest_hash": "abc123", "split_hash": "s1", "window_frames": 10},

@@ -10,11 +10,11 @@ import pytest
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict
 
-import src.utils.multirun as multirun
-from src.utils import PROJECT_ROOT
-from src.utils.compose import compose_config
+import empathic_fusion.utils.multirun as multirun
+from empathic_fusion.utils import CONFIG_DIR
+from empathic_fusion.utils.compose import compose_config
 
-CONF = PROJECT_ROOT / "conf"
+CONF = CONFIG_DIR
 # conf/hydra/launcher/submitit_*.yaml keep the plugin's names and are checked against its schema on purpose
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
 

@@ -19,10 +19,10 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from src.datamodules.sampler import RatingOversampler
-from src.pipeline import build_datamodule, train
-from src.utils import PROJECT_ROOT
-from src.utils.compose import compose_config
+from empathic_fusion.datamodules.sampler import RatingOversampler
+from empathic_fusion.pipeline import build_datamodule, train
+from empathic_fusion.utils import PROJECT_ROOT
+from empathic_fusion.utils.compose import compose_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
 

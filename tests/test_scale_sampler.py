@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from torch.utils.data import DistributedSampler
 
-from src.datamodules.sampler import RatingOversampler, oversampled_indices
+from empathic_fusion.datamodules.sampler import RatingOversampler, oversampled_indices
 
 CLASSES = np.random.default_rng(0).integers(1, 6, size=203)  # imbalanced 1-5 ratings
 

@@ -6,11 +6,11 @@ import json
 import numpy as np
 import pandas as pd
 
-from src.dataset import load_dataset
-from src.demo.face import write_face_video
-from src.features.extract import extract_features
-from src.features.face_mesh import FACE_DIM
-from src.features.store import DATASET_KEY, FeatureStore
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.demo.face import write_face_video
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.face_mesh import FACE_DIM
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore
 from tests.conftest import FEATURES_CFG
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule
-from src.features.freshness import StaleFeaturesError
-from src.features.extract import extract_features
-from src.features.store import FeatureStore, StoreIntegrityError
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.features.freshness import StaleFeaturesError
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.store import FeatureStore, StoreIntegrityError
 from tests.conftest import FEATURES_CFG
 
 

@@ -7,11 +7,11 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import cohen_kappa_score, f1_score
 
-from src.text import baselines
-from src.text.data import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
-from src.text.metrics import infer_levels, summarize_folds, text_metrics, to_levels
-from src.text.perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
-from src.text.synthetic import make_text_table
+from empathic_fusion.text import baselines
+from empathic_fusion.text.data import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
+from empathic_fusion.text.metrics import infer_levels, summarize_folds, text_metrics, to_levels
+from empathic_fusion.text.perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
+from empathic_fusion.text.synthetic import make_text_table
 
 SAMPLE = ("I can feel the thoroughness of your emotional pain, and it is amazing that you are able to push through "
           "this. It is as if you are a warrior, and I envy that. It is difficult to go through tensions with family, "

@@ -1,4 +1,4 @@
-"""Ridge experts and their stack (src/text/experts.py): held-out predictions are cross-fitted, the
+"""Ridge experts and their stack (empathic_fusion/text/experts.py): held-out predictions are cross-fitted, the
 stack weights are non-negative least squares (checked against scipy), the stack follows the expert
 that carries the signal, fitted state travels in the state dict, and a fine-tuned encoder with an
 embedding expert is refused with the fix in the message; the baselines' ridge grid reaches the
@@ -11,8 +11,8 @@ import torch
 from scipy.optimize import nnls
 from sklearn.linear_model import Ridge
 
-from src.text import baselines
-from src.text.experts import EmbeddingRidgeExpert, TfidfRidgeExpert, stack_weights
+from empathic_fusion.text import baselines
+from empathic_fusion.text.experts import EmbeddingRidgeExpert, TfidfRidgeExpert, stack_weights
 
 WORDS = ["kind", "sorry", "late", "bus", "rain", "hug", "warm", "cold", "loud", "calm", "glad", "sad"]
 
@@ -83,8 +83,8 @@ def test_embedding_expert_expands_to_one_ridge_per_field_each_reading_its_column
 
 
 def test_fine_tuned_encoder_with_an_embedding_expert_is_refused_with_the_fix():
-    from src.text.encoder import TextEncoder
-    from src.text.model import TextRegressor
+    from empathic_fusion.text.encoder import TextEncoder
+    from empathic_fusion.text.model import TextRegressor
 
     with pytest.raises(ValueError, match="needs a frozen encoder.*TfidfRidgeExpert"):
         TextRegressor(["text"], 1, TextEncoder(trainable_layers=1), experts=[EmbeddingRidgeExpert()])

@@ -11,8 +11,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from src.text.llm_judge import ChatClient, build_messages, evaluate_judge, parse_score
-from src.utils import PROJECT_ROOT
+from empathic_fusion.text.llm_judge import ChatClient, build_messages, evaluate_judge, parse_score
+from empathic_fusion.utils import CONFIG_DIR
 
 
 def test_prompts_carry_the_papers_wording():
@@ -103,7 +103,7 @@ def test_client_gives_up_after_bounded_retries(tmp_path):
 
 
 def _judge_cfg(tmp_path, path):
-    with initialize_config_dir(str(PROJECT_ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(config_name="evaluate", overrides=[
             "judge=llm_judge", "+data=text_csv", f"data.path={path}", "data.text_columns=[story]",
             "data.label_columns=[empathy]", "data.group_column=writer", "data.cv_folds=2",

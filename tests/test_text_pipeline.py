@@ -1,5 +1,5 @@
 """Text models on the one path, on synthetic tables with planted signal: a fold trained by
-src.pipeline.train against its baselines, the self-describing checkpoint and TextScorer, the
+empathic_fusion.pipeline.train against its baselines, the self-describing checkpoint and TextScorer, the
 robustness report, evaluate.py on a checkpoint (own fold, new CSV) and on a sweep, a failing job of
 a multirun, Optuna and fine-tuning (the web app's Text tab is tested in tests/test_app.py)."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from src.text.perturb import PERTURBATIONS
-from src.text.scorer import TextScorer
-from src.text.synthetic import make_text_table
-from src.utils import PROJECT_ROOT
+from empathic_fusion.text.perturb import PERTURBATIONS
+from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.utils import PROJECT_ROOT
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 
@@ -28,9 +28,9 @@ def _overrides(root: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """Fold 0 of a 3-fold run with persona columns through src.pipeline.train (the train.py path)."""
-    from src.pipeline import train
-    from src.utils.compose import compose_config
+    """Fold 0 of a 3-fold run with persona columns through empathic_fusion.pipeline.train (the train.py path)."""
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
 
     root = tmp_path_factory.mktemp("text_run")
     make_text_table(54, 4, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
@@ -80,8 +80,8 @@ def test_robustness_report_reads_the_checkpoint(run):
 
 
 def test_evaluate_scores_a_text_checkpoint_on_its_fold_and_on_a_new_csv(run, tmp_path):
-    from src.pipeline import evaluate
-    from src.utils.compose import compose_config
+    from empathic_fusion.pipeline import evaluate
+    from empathic_fusion.utils.compose import compose_config
 
     results, out, root = run
     own = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", "trainer.enable_progress_bar=false"],
@@ -128,15 +128,15 @@ def test_optuna_searches_a_text_model_on_a_validation_metric(run, tmp_path):
 def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_round_trips(tmp_path):
     import torch
 
-    from src.pipeline import train
-    from src.utils.compose import compose_config
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
 
     make_text_table(8, 3, seed=3).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={tmp_path / 'table.csv'}",
                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
                           "data.cv_folds=2", "data.batch_size=8", "data.val_fraction=0.25",
                           "model.net.encoder.trainable_layers=1", "model.net.encoder.max_length=32",
-                          "model.net.experts=[{_target_:src.text.experts.TfidfRidgeExpert,min_df:1}]",
+                          "model.net.experts=[{_target_:empathic_fusion.text.experts.TfidfRidgeExpert,min_df:1}]",
                           "model.net.head_input=embeddings",
                           "model.net.encoder.cache_dir=null", "model.baselines.enabled=false", "trainer.max_epochs=2",
                           "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
@@ -160,12 +160,12 @@ def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_rou
 def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(run, tmp_path):
     import torch
 
-    from src.pipeline import train
-    from src.utils.compose import compose_config
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
 
     _, _, root = run
     cfg = compose_config(_overrides(root, "trainer.max_epochs=8", "logger=none", "model.baselines.enabled=false",
-                                    "model.net.branch={_target_:src.text.branches.TfidfBranch,n_components:16,min_df:1}"),
+                                    "model.net.branch={_target_:empathic_fusion.text.branches.TfidfBranch,n_components:16,min_df:1}"),
                          tmp_path / "out")
     results = train(cfg)
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
@@ -184,8 +184,8 @@ def test_a_killed_text_run_resumes_from_its_last_checkpoint_with_the_fitted_expe
     fitted vocabularies and coefficients: the rerun of a killed text job failed."""
     import torch
 
-    from src.pipeline import train
-    from src.utils.compose import compose_config
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
 
     _, _, root = run
     overrides = _overrides(root, "logger=none", "model.baselines.enabled=false")

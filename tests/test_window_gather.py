@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from src.dataset import load_dataset
-from src.datamodules.empathy_datamodule import EmpathyDataModule
-from src.datamodules.sampler import RatingOversampler
-from src.datamodules.window_gather import IndexBatchSampler, WindowBatches
-from src.features.extract import extract_features
-from src.features.store import FeatureStore
+from empathic_fusion.dataset import load_dataset
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.sampler import RatingOversampler
+from empathic_fusion.datamodules.window_gather import IndexBatchSampler, WindowBatches
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
 from tests.test_features_modalities import _plant_cnn
 

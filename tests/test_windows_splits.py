@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.datamodules.sampler import RatingOversampler, oversampled_indices
-from src.datamodules.splits import load_or_create_split, split_participants
-from src.datamodules.windows import build_windows, phase_span, window_starts
+from empathic_fusion.datamodules.sampler import RatingOversampler, oversampled_indices
+from empathic_fusion.datamodules.splits import load_or_create_split, split_participants
+from empathic_fusion.datamodules.windows import build_windows, phase_span, window_starts
 
 
 def _transcript():

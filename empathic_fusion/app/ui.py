@@ -1,0 +1,154 @@
+"""The Gradio app: a Text tab for a text model, a Clip tab for a fusion checkpoint (either or both).
+
+Works with the network off: analytics are off, no share link is made and the theme uses system
+fonts (the default theme would fetch Google Fonts); Gradio serves its front end from the package.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported
+
+import tempfile  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gradio as gr  # noqa: E402
+
+from empathic_fusion.app.clip import ClipError, ClipScorer  # noqa: E402
+from empathic_fusion.app.text import append_flag, persona_inputs, score_text  # noqa: E402
+from empathic_fusion.evaluation.plots import empathy_timeline, save_figure  # noqa: E402
+
+OFFLINE_THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                                  font_mono=["ui-monospace", "Consolas", "monospace"])
+
+
+def _text_tab(scorer, flag_csv: Path) -> None:
+    gr.Markdown(f"Scores typed text with the text model: {', '.join(scorer.output_names)} (1-5 scale of its labels).")
+    fields = [gr.Textbox(label=f, lines=4, elem_id=f"text-{f}") for f in scorer.fields]
+    persona_spec = persona_inputs(scorer)
+    persona_boxes = []
+    if persona_spec:
+        with gr.Accordion("Persona (as in training; empty = unknown)", open=True):
+            for p in persona_spec:
+                persona_boxes.append(gr.Dropdown([""] + p.choices, value="", label=p.column,
+                                                 elem_id=f"persona-{p.column}")
+                                     if p.choices is not None else  # a Textbox: gr.Number sends 0 for empty
+                                     gr.Textbox(label=p.column, placeholder="a number; empty = unknown",
+                                                elem_id=f"persona-{p.column}"))
+    with gr.Row():
+        submit = gr.Button("Score", variant="primary", elem_id="text-submit")
+        clear = gr.ClearButton(fields + persona_boxes, value="Clear", elem_id="text-clear")
+        flag = gr.Button("Flag", elem_id="text-flag")
+    outputs = [gr.Number(label=name, interactive=False, precision=3, elem_id=f"score-{name}")
+               for name in scorer.output_names]
+    clear.add(outputs)
+    status = gr.Markdown(elem_id="text-status")
+
+    def split(values):
+        texts = dict(zip(scorer.fields, values[: len(scorer.fields)]))
+        persona = {}
+        for p, v in zip(persona_spec, values[len(scorer.fields):]):
+            v = None if v is None or str(v).strip() == "" else v
+            if v is not None and p.choices is None:
+                try:
+                    v = float(v)
+                except ValueError:
+                    raise ValueError(f"persona '{p.column}': '{v}' is not a number (empty = unknown)") from None
+            persona[p.column] = v
+        return texts, persona
+
+    def on_score(*values):
+        try:
+            texts, persona = split(values)
+        except ValueError as error:
+            return [None] * len(outputs) + [str(error)]
+        if not any(t and t.strip() for t in texts.values()):
+            return [None] * len(outputs) + ["Type some text first."]
+        scores = score_text(scorer, texts, persona)
+        return [round(scores[n], 3) for n in scorer.output_names] + ["scored"]
+
+    def on_flag(*values):
+        try:
+            texts, persona = split(values)
+        except ValueError as error:
+            return str(error)
+        if not any(t and t.strip() for t in texts.values()):
+            return "Nothing to flag: type some text first."
+        append_flag(flag_csv, texts, persona, score_text(scorer, texts, persona))
+        return f"flagged (appended to {flag_csv.name})"
+
+    inputs = fields + persona_boxes
+    submit.click(on_score, inputs, outputs + [status])
+    flag.click(on_flag, inputs, status)
+
+
+def _clip_tab(scorer: ClipScorer) -> None:
+    gr.Markdown(f"Scores a recorded clip with {scorer.describe()}. Upload a video with sound (or a video and a "
+                f"separate audio file), an optional transcript, and the story the person heard. "
+                f"Uploads up to {scorer.max_upload_mb:g} MB.")
+    with gr.Row():
+        video = gr.File(label="video (with audio)", type="filepath", elem_id="clip-video")
+        audio = gr.File(label="separate audio (optional)", type="filepath", elem_id="clip-audio")
+        transcript_file = gr.File(label="transcript CSV (optional; docs/dataset.md)", type="filepath",
+                                  elem_id="clip-transcript-file")
+    transcript_text = gr.Textbox(label="or transcript as plain text (spread evenly over the clip)", lines=3,
+                                 elem_id="clip-transcript-text")
+    stories = scorer.stories()
+    if stories:
+        pick = gr.Dropdown([(f"{k}: {v[:70]}", k) for k, v in stories.items()], value=None,
+                           label="pick a story of the dataset", elem_id="clip-story-pick")
+    story = gr.Textbox(label="story text", lines=4, elem_id="clip-story")
+    if stories:
+        pick.change(lambda k: stories.get(k, ""), pick, story)
+    submit = gr.Button("Score clip", variant="primary", elem_id="clip-submit")
+    with gr.Row():
+        rating = gr.Number(label="predicted empathy for the clip (1-5)", interactive=False, precision=2,
+                           elem_id="clip-rating")
+        status = gr.Markdown(elem_id="clip-status")
+    timeline = gr.Image(label="predicted empathy per window; face found and speech beneath", type="filepath",
+                        interactive=False, elem_id="clip-timeline")
+    plots = Path(tempfile.mkdtemp(prefix="empathy-app-plots-"))
+
+    def on_score(video_path, audio_path, transcript_path, text, story_text, progress=gr.Progress(track_tqdm=True)):
+        if not video_path:
+            return None, None, "**Upload a video first.**"
+        transcript = Path(transcript_path) if transcript_path else (text or None)
+        try:
+            result = scorer.score(video_path, story_text, audio_path, transcript,
+                                  progress=lambda fraction, message: progress(fraction, desc=message))
+        except ClipError as error:
+            return None, None, f"**Cannot score this upload:** {error}"
+        seconds = result.window_seconds
+        fig = empathy_timeline({"clip": (seconds, result.window_ratings)},
+                               masks={"face found": result.face_found, "speech": result.speech}, fps=result.fps,
+                               title=f"Predicted empathy per window (clip: {result.rating:.2f})")
+        path = save_figure(fig, plots / f"timeline-{uuid.uuid4().hex}.png")
+        notes = "".join(f"\n- {w}" for w in result.warnings)
+        return round(result.rating, 2), str(path), f"scored {len(seconds)} windows{notes}"
+
+    submit.click(on_score, [video, audio, transcript_file, transcript_text, story], [rating, timeline, status])
+
+
+def build_app(text_scorer=None, clip_scorer: ClipScorer | None = None,
+              flag_csv: str | Path = "flagged.csv") -> gr.Blocks:
+    """The Blocks app with a tab per loaded model."""
+    if text_scorer is None and clip_scorer is None:
+        raise ValueError("give a text model (text_ckpt_path=...), a fusion checkpoint (ckpt_path=...) or both")
+    with gr.Blocks(title="empathic-fusion", analytics_enabled=False) as app:
+        gr.Markdown("# empathic-fusion: predicted self-reported empathy")
+        with gr.Tabs():
+            if text_scorer is not None:
+                with gr.Tab("Text", id="text"):
+                    _text_tab(text_scorer, Path(flag_csv))
+            if clip_scorer is not None:
+                with gr.Tab("Clip", id="clip"):
+                    _clip_tab(clip_scorer)
+    return app
+
+
+def launch(app: gr.Blocks, host: str, port: int | None, block: bool = True):
+    """Serve locally: no share link, offline theme; returns (fastapi app, local url, share url)."""
+    return app.queue().launch(server_name=host, server_port=port, share=False, theme=OFFLINE_THEME,
+                              prevent_thread_lock=not block, quiet=not block, footer_links=["settings"],
+                              allowed_paths=[])

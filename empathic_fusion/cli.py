@@ -1,0 +1,57 @@
+"""The console scripts (`empathic-train`, `empathic-evaluate`, `empathic-extract`, `empathic-serve`).
+
+Each is a Hydra app over the config tree inside the package (`empathic_fusion/conf`), so they work
+the same from a source checkout (where `train.py` and friends are thin shims over these) and after a
+plain `pip install`.
+"""
+from __future__ import annotations
+
+import hydra
+from omegaconf import DictConfig
+
+import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
+
+CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
+def train(cfg: DictConfig) -> float | None:
+    """Train one model (conf/train.yaml): `empathic-train model=tfn modality=v+t`. Returns
+    cfg.optimized_metric (a validation metric) for sweepers such as hparams_search=optuna; a failing
+    job of a multirun is recorded in the sweep folder instead of stopping the sweep."""
+    from empathic_fusion.pipeline import train as train_run
+    from empathic_fusion.utils.multirun import run_job
+
+    return run_job(train_run, cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
+def evaluate(cfg: DictConfig) -> None:
+    """Evaluate a checkpoint (`ckpt_path=`), a sweep (`sweep_dir=`) or an LLM judge (conf/evaluate.yaml)."""
+    from empathic_fusion.pipeline import evaluate as evaluate_run
+
+    evaluate_run(cfg)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="extract")
+def extract(cfg: DictConfig) -> None:
+    """Fill the feature store (conf/extract.yaml). Exits with status 1 when any session or branch
+    failed (listed in the store's failure report)."""
+    from empathic_fusion.features.command import run_extraction
+
+    report = run_extraction(cfg)
+    if report.failures:
+        raise SystemExit(1)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")
+def serve(cfg: DictConfig) -> None:
+    """The Gradio app (conf/serve.yaml): a Text tab, a Clip tab, or both."""
+    from empathic_fusion.app.clip import ClipScorer
+    from empathic_fusion.app.text import load_text_scorer
+    from empathic_fusion.app.ui import build_app, launch
+
+    text = load_text_scorer(cfg.text_ckpt_path) if cfg.text_ckpt_path else None
+    clip = ClipScorer(cfg.ckpt_path, cfg.max_upload_mb) if cfg.ckpt_path else None
+    print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")
+    launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port)

@@ -1,0 +1,1 @@
+"""The Hydra config tree (pkg://empathic_fusion.conf): one group per concern."""

@@ -1,0 +1,315 @@
+"""One LightningDataModule for any dataset in the contract's layout (the demo included).
+
+prepare_data: (demo only) generate the dataset, validate it, bring the feature store up to date
+for the selected modalities. setup: windows per rating, the persisted participant split,
+normalisation statistics from the training split, and the three window datasets. Loaders
+(`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
+(empathic_fusion/datamodules/window_gather.py), on the training device when the arrays fit `device_memory_gb`;
+`loader: reference` is the per-window `WindowDataset` the batched loader is proven equal to.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
+from empathic_fusion.datamodules.sampler import RatingOversampler, _world
+from empathic_fusion.datamodules.statistics import normalisation_stats
+from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
+from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
+from empathic_fusion.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
+from empathic_fusion.datamodules.windows import build_windows
+from empathic_fusion.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width, modality_branches, with_defaults
+from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
+from empathic_fusion.features.speech import speech_mask
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash
+
+log = logging.getLogger(__name__)
+STALE_POLICIES = ("mask", "error")
+
+
+class EmpathyDataModule(L.LightningDataModule):
+    def __init__(self, dataset_dir: str, store_dir: str, modalities: list[str], features: dict[str, Any],
+                 name: str = "custom", scenario: str = "story_share", window_frames: int = 120,
+                 stride_seconds: float = 1.0, split_fractions: tuple[float, float, float] = (0.7, 0.2, 0.1),
+                 split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
+                 normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
+                 extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
+                 on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0):
+        super().__init__()
+        unknown = set(modalities) - set(MODALITIES)
+        if not modalities or unknown:
+            raise ValueError(f"modalities must be a non-empty subset of {list(MODALITIES)}, got {modalities}")
+        self.dataset_dir = Path(dataset_dir)
+        self.store_dir = Path(store_dir)
+        self.modalities = list(modalities)
+        self.features = features
+        self.branches = {m: modality_branches(m, features) for m in self.modalities}
+        self.name = name
+        self.scenario = scenario
+        self.window_frames = int(window_frames)
+        self.stride_seconds = float(stride_seconds)
+        self.split_fractions = tuple(split_fractions)
+        self.split_seed = int(split_seed)
+        self.oversample = oversample
+        self.batch_size = int(batch_size)
+        self.num_workers = int(num_workers)
+        self.normalize = [m for m in normalize if m in self.modalities]
+        self.demo = dict(demo) if demo else None
+        self.extract_workers = int(extract_workers)
+        self.seed = int(seed)
+        self.cv_folds, self.cv_fold = int(cv_folds), int(cv_fold)  # cv_folds > 1: participant K-fold, this fold tests
+        if on_stale not in STALE_POLICIES:
+            raise ValueError(f"data.on_stale must be one of {list(STALE_POLICIES)}, got '{on_stale}'")
+        self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
+        if loader not in ("batched", "reference"):
+            raise ValueError(f"data.loader must be batched or reference, got '{loader}'")
+        self.loader = loader
+        self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
+        self.datasets: dict[str, WindowBatches | WindowDataset] = {}
+        self.frames: FrameArrays | None = None
+        self.warnings: list[str] = []
+        self._prepared = False
+
+    # ---- preparation -------------------------------------------------------------------------
+    def prepare_data(self) -> None:
+        if self._prepared:  # Lightning calls this again in fit/test; once per process is enough
+            return
+        if self.demo is not None:
+            from empathic_fusion.demo.generate import DemoConfig, generate_demo
+
+            generate_demo(self.dataset_dir, DemoConfig(**self.demo), workers=self.extract_workers)
+        dataset = load_dataset(self.dataset_dir, self.modalities)
+        for warning in dataset.warnings:
+            log.warning(warning)
+        report = extract_features(dataset, FeatureStore(self.store_dir), self.modalities, self.features,
+                                  workers=self.extract_workers)
+        log.info(report.summary())
+        self._prepared = True
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def _session_frames(self, dataset: EmpathyDataset, store: FeatureStore) -> tuple[dict[str, int], set]:
+        """Frames per session, and what is masked: (session, modality) or (session, modality, branch)
+        for branches that are absent, stale (extracted from other inputs or settings than the dataset and
+        config now give) or damaged. Stale and damaged branches are never read: masked with a warning,
+        or an error when `on_stale=error`."""
+        from empathic_fusion.features.text_sbert import encoder_identity
+
+        features = with_defaults(self.features)
+        identity = encoder_identity(features["text"].get("model_path"))
+        frames, missing, unusable = {}, set(), []
+        self.unused_branches: set[tuple[str, str]] = set()
+        for sid in dataset.sessions.index:
+            if sid not in dataset.transcripts:
+                continue
+            lengths = []
+            for modality in self.modalities:
+                found = 0
+                for branch in self.branches[modality]:
+                    masked = modality if len(self.branches[modality]) == 1 else f"the {branch} part of {modality}"
+                    entry = store.manifest(sid).get(branch)  # recorded, even if a file is gone since
+                    problem = None if entry is None else branch_problem(store, dataset, sid, branch, entry,
+                                                                        features, identity)
+                    if entry is None:
+                        self.warnings.append(f"session '{sid}': no {branch} features in the store "
+                                             f"(see {store.root / 'failures.json'}); {masked} is masked for it")
+                    elif problem:
+                        unusable.append(f"session '{sid}', branch '{branch}': {problem}")
+                        self.warnings.append(f"session '{sid}', branch '{branch}': {problem}; {masked} is masked "
+                                             f"for it (run extract.py to refresh it, or data.on_stale=error to stop)")
+                    else:
+                        found += 1
+                        lengths.append((branch in MEDIA_BRANCHES, int(entry["n_frames"])))
+                        continue
+                    missing.add((sid, modality, branch))
+                    self.unused_branches.add((sid, branch))
+                if not found:
+                    missing.add((sid, modality))
+            if lengths:
+                media = [n for is_media, n in lengths if is_media]
+                frames[sid] = max(media) if media else max(n for _, n in lengths)
+                text_end = max([n for is_media, n in lengths if not is_media], default=0)
+                if media and text_end > frames[sid] + dataset.fps:  # the transcript outlasts the recording
+                    self.warnings.append(
+                        f"session '{sid}': the transcript runs to {dataset.transcripts[sid].end.max():.1f} s but the "
+                        f"session's media end at {frames[sid] / dataset.fps:.1f} s; utterances past the end are not used")
+            else:
+                self.warnings.append(f"session '{sid}': none of {self.modalities} was extracted; its ratings are skipped")
+        if unusable and self.on_stale == "error":
+            raise StaleFeaturesError(f"{len(unusable)} stored branch(es) do not match the dataset or are damaged "
+                                     f"(data.on_stale=error); run extract.py to refresh them:\n  "
+                                     + "\n  ".join(unusable))
+        return frames, missing
+
+    def _check_splits(self, windows, n_participants: int) -> None:
+        """Every split needs windows: an empty one stops the run before training, saying what to change."""
+        for split in ("train", "val", "test"):
+            if not (windows.split == split).any():
+                how = (f"fold {self.cv_fold} of data.cv_folds={self.cv_folds}" if self.cv_folds
+                       else f"data.split_fractions={list(self.split_fractions)}, data.split_seed={self.split_seed}")
+                raise ValueError(f"the {split} split has no {self.scenario} windows: {n_participants} participant(s) "
+                                 f"have windows and {how} gives none of them to {split}. Change data.split_fractions "
+                                 f"or data.split_seed (or data.cv_folds), or add participants with ratings")
+
+    def _valid_frames(self, sid: str, store: FeatureStore, n_frames: int, speaking: np.ndarray,
+                      missing: set) -> np.ndarray:
+        """Frames of a session where at least one selected modality has a valid frame (as the windows see it)."""
+        valid = np.zeros(n_frames, dtype=bool)
+        for modality in self.modalities:
+            if (sid, modality) in missing:
+                continue
+            usable = np.zeros(n_frames, dtype=bool)
+            for branch in self.branches[modality]:
+                if (sid, modality, branch) in missing:
+                    continue
+                mask = (np.asarray(store.load(sid, branch, INDEXED[branch][1])) >= 0 if branch in INDEXED
+                        else np.asarray(store.load(sid, branch, "mask")) > 0)[:n_frames]
+                usable[: len(mask)] |= mask
+            if modality == "audio":
+                usable &= speaking[:n_frames] if len(speaking) >= n_frames else np.pad(speaking, (0, n_frames - len(speaking)))
+            valid |= usable
+        return valid
+
+    def _drop_empty_windows(self, windows, store: FeatureStore, session_frames: dict[str, int], speaking: dict,
+                            missing: set):
+        """Leave out windows with no valid frame in any selected modality (they carry no evidence but
+        would count in the metrics), and say how many per session."""
+        keep = np.ones(len(windows), dtype=bool)
+        for sid, rows in windows.groupby("session_id").indices.items():
+            valid = np.concatenate([[0], np.cumsum(self._valid_frames(sid, store, session_frames[sid], speaking[sid],
+                                                                      missing))])
+            starts = np.clip(windows.start.to_numpy()[rows], 0, session_frames[sid])
+            stops = np.clip(starts + self.window_frames, 0, session_frames[sid])
+            keep[rows] = valid[stops] > valid[starts]
+        if not keep.all():
+            dropped = windows[~keep].session_id.value_counts().sort_index()
+            self.warnings.append(f"left out {int((~keep).sum())} window(s) with no valid frame in any of "
+                                 f"{self.modalities}: " + ", ".join(f"{s} ({n})" for s, n in dropped.items()))
+        return windows[keep].reset_index(drop=True)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        dataset = load_dataset(self.dataset_dir, self.modalities)
+        self.warnings = list(dataset.warnings)
+        store = FeatureStore(self.store_dir)
+        stories = store.entry(DATASET_KEY, "stories")
+        if stories is None:
+            raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
+        session_frames, missing = self._session_frames(dataset, store)
+        self.missing = missing  # (session, modality[, branch]) that windows read as masked
+        policy = with_defaults(self.features)["audio"]["speech_mask"]
+        speaking = {}
+        for sid, n in session_frames.items():
+            audio = store.entry(sid, "audio") if "audio" in self.modalities else None
+            voiced = store.load(sid, "audio", "voiced") if audio and "voiced" in audio["arrays"] else None
+            speaking[sid] = speech_mask(dataset.transcripts[sid], n, dataset.fps, voiced, policy)
+        windows, notes = build_windows(dataset.ratings, dataset.transcripts, session_frames, self.scenario,
+                                       dataset.fps, self.window_frames, self.stride_seconds)
+        self.warnings += notes
+        windows = self._drop_empty_windows(windows, store, session_frames, speaking, missing)
+        if windows.empty:
+            raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
+        # split the participants who have windows: one listed without sessions or ratings takes no place
+        rated = sorted(set(dataset.ratings.participant_id.loc[windows.rating_index]))
+        if self.cv_folds:
+            train_f, val_f, _ = self.split_fractions
+            assignment = participant_folds(rated, self.cv_folds, self.cv_fold,
+                                           val_f / (train_f + val_f), self.split_seed)
+            self.split_hash = canonical_hash(assignment)
+        else:
+            assignment, self.split_hash = load_or_create_split(
+                self.store_dir / "splits" / f"seed{self.split_seed}_{'-'.join(map(str, self.split_fractions))}.json",
+                rated, self.split_fractions, self.split_seed)
+        participant = dataset.ratings.participant_id.loc[windows.rating_index].to_numpy()
+        windows["split"] = [assignment[p] for p in participant]
+        self.split_assignment = assignment
+        self._check_splits(windows, len(rated))
+        self.windows = windows
+        self.ratings = dataset.ratings
+        train_windows = windows[windows.split == "train"]
+        self.branch_dims = {b: self._branch_dim(store, b, session_frames)
+                            for m in self.modalities for b in self.branches[m]}
+        self.stats = normalisation_stats(store, train_windows, {m: self.branches[m] for m in self.normalize},
+                                         self.branch_dims, self.window_frames, speaking, missing)
+        story_ids = stories["story_ids"]
+        story_embeddings = np.asarray(store.load(DATASET_KEY, "stories", "embeddings"), dtype=np.float32)
+        story_rows = {s: i for i, s in enumerate(story_ids)}
+        source = FrameSource(store, self.branches, self.branch_dims, session_frames, speaking, self.stats, missing)
+        self.input_dims = {**source.dims, "story": int(story_embeddings.shape[1]), "traits": len(TRAIT_COLUMNS)}
+        traits = dataset.participants[list(TRAIT_COLUMNS)]
+        if self.loader == "batched":
+            self.frames = FrameArrays(source)
+        for split in ("train", "val", "test"):
+            if self.loader == "batched":
+                self.datasets[split] = WindowBatches(
+                    self.frames, windows[windows.split == split], dataset.ratings, self.window_frames, session_frames,
+                    story_embeddings, story_rows, traits)
+            else:
+                self.datasets[split] = WindowDataset(source, windows[windows.split == split], dataset.ratings,
+                                                     self.window_frames, story_embeddings, story_rows, traits)
+        self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
+        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
+                                                 excluded=self.unused_branches)
+        for warning in self.warnings:
+            log.warning(warning)
+        log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
+
+    def _branch_dim(self, store: FeatureStore, branch: str, session_frames: dict[str, int]) -> int:
+        """Per-frame width of a branch, read from the first session that has it."""
+        for sid in session_frames:
+            entry = store.entry(sid, branch)
+            if entry is not None:
+                return branch_width(branch, entry)
+        raise RuntimeError(f"no session has {branch} features in {store.root}")
+
+    def describe(self) -> dict[str, Any]:
+        """What a checkpoint records about the data it was trained on."""
+        return {"dataset": self.name, "scenario": self.scenario, "modalities": self.modalities,
+                "input_dims": self.input_dims, "window_frames": self.window_frames, "split_hash": self.split_hash,
+                "feature_manifest_hash": self.manifest_hash,
+                "windows": {s: len(d) for s, d in self.datasets.items()}}
+
+    # ---- loaders -------------------------------------------------------------------------------
+    def _training_device(self) -> torch.device:
+        trainer = getattr(self, "trainer", None)
+        return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+
+    def _loader(self, split: str, windows, **kwargs) -> DataLoader:
+        """`windows`: the index sampler (None: in order); batched loaders wrap it into index batches."""
+        data = self.datasets[split]
+        if isinstance(data, WindowDataset):
+            return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
+                              persistent_workers=self.num_workers > 0, sampler=windows, **kwargs)
+        device = self._training_device()
+        where = self.frames.place(device, self.device_memory_gb * 1e9)
+        for dataset in self.datasets.values():
+            dataset.to(where)
+        workers = self.num_workers if where.type == "cpu" else 0  # gathers on the device run in this process
+        if windows is None:
+            world, rank = _world()
+            windows = DistributedSampler(range(len(data)), num_replicas=world, rank=rank,
+                                         shuffle=kwargs.get("shuffle", False), seed=self.seed)
+        return DataLoader(data, sampler=IndexBatchSampler(windows, self.batch_size), batch_size=None,
+                          num_workers=workers, persistent_workers=workers > 0,
+                          pin_memory=where.type == "cpu" and device.type == "cuda")
+
+    def train_dataloader(self) -> DataLoader:
+        data = self.datasets["train"]
+        if self.oversample:
+            classes = np.round(data.ratings).astype(int)
+            return self._loader("train", RatingOversampler(classes, seed=self.seed))
+        return self._loader("train", None, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", None)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", None)

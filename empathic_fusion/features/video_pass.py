@@ -1,0 +1,141 @@
+"""One decode of a video feeds every video branch: the face tracker and the frame CNN.
+
+Decoding is the floor of the video path's cost, so a session's frames are read once, on the dataset
+clock (media.iter_frames), and each new source frame goes to the face mesh and/or into the CNN's
+next batch. Frames that are held (slower input) reuse the source frame's result. T covers the
+container's declared duration; frames that cannot be decoded stay zero with mask 0.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from empathic_fusion.features.media import MediaError, iter_frames, probe_video
+
+_EMBEDDERS: dict[tuple, Any] = {}  # one loaded CNN per worker process and config, reused across sessions
+
+
+def cached_embedder(cnn_cfg: dict[str, Any]):
+    """The FrameEmbedder for this config, loaded once per process."""
+    from empathic_fusion.features.cnn_frames import FrameEmbedder
+
+    key = tuple(sorted((k, str(v)) for k, v in cnn_cfg.items()))
+    if key not in _EMBEDDERS:
+        _EMBEDDERS[key] = FrameEmbedder(**cnn_cfg)
+    return _EMBEDDERS[key]
+
+
+class _CnnBuffer:
+    """Collects prepared frames and embeds them batch_size at a time."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.rows: dict[int, int] = {}  # target frame -> row of the embedded outputs
+        self.pending: list[np.ndarray] = []
+        self.outputs: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, target: int, image: np.ndarray) -> None:
+        self.rows[target] = self.count
+        self.pending.append(image)
+        self.count += 1
+        if len(self.pending) >= self.embedder.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.outputs.append(self.embedder.submit(self.pending))  # asynchronous on a GPU
+            self.pending = []
+
+    def matrix(self) -> np.ndarray:
+        self.flush()
+        return self.embedder.collect(self.outputs) if self.outputs else np.zeros((0, self.embedder.dim), np.float32)
+
+
+def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = None,
+                  cnn_cfg: dict[str, Any] | None = None, embedder=None,
+                  ) -> dict[str, tuple[dict, dict, list[str]]]:
+    """{"face": ..., "cnn": ...} (each: arrays, info, warnings) for the branches whose config is given.
+
+    cnn_cfg keys: model, weights_path, device, half, batch_size, crop, frame_stride (embed every n-th
+    frame on the dataset clock and hold it in between; after a frame without an embedding the next
+    frame that can be embedded is). `embedder` reuses a loaded FrameEmbedder.
+    """
+    from empathic_fusion.features.face_mesh import FACE_DIM, FaceMeshTracker
+
+    if face_cfg is None and cnn_cfg is None:
+        raise ValueError("extract_video needs face_cfg and/or cnn_cfg")
+    info = probe_video(video)
+    n_frames = info.frames_at(fps)
+    cnn_cfg = dict(cnn_cfg) if cnn_cfg is not None else None
+    stride = max(int(cnn_cfg.pop("frame_stride", 1)), 1) if cnn_cfg is not None else 1
+    if cnn_cfg is not None and embedder is None:
+        embedder = cached_embedder(cnn_cfg)
+    need_tracker = face_cfg is not None or (embedder is not None and embedder.crop == "face")
+    tracker_cfg = {k: v for k, v in (face_cfg or {}).items() if k in ("min_detection_confidence", "min_tracking_confidence")}
+    tracker = FaceMeshTracker(**tracker_cfg) if need_tracker else None
+    buffer = _CnnBuffer(embedder) if embedder is not None else None
+    faces: dict[int, np.ndarray] = {}
+    held: dict[int, int] = {}  # CNN: target frame -> the embedded target frame it repeats
+    decoded = 0
+    try:
+        last_source, last_vector, last_points, last_embedded = -1, None, None, -1
+        for target, source, frame in iter_frames(video, fps):
+            if n_frames and target >= n_frames:
+                break
+            new_source = source != last_source
+            if tracker is not None and new_source:
+                last_vector, last_points = tracker(frame), tracker.last_points
+            if buffer is not None:
+                if embedder.crop == "face" and last_points is None:
+                    last_embedded = -1  # no face to crop: mask 0, never a stale face held over
+                elif (target % stride == 0 and new_source) or last_embedded < 0:
+                    image = embedder.prepare(frame, last_points)
+                    if image is not None:
+                        buffer.add(target, image)
+                        last_embedded = target
+                    else:
+                        last_embedded = -1
+                if last_embedded >= 0:
+                    held[target] = last_embedded
+            last_source = source
+            decoded += 1
+            if last_vector is not None:
+                faces[target] = last_vector
+    finally:
+        if tracker is not None:
+            tracker.close()
+    if decoded == 0:
+        raise MediaError(f"no frame of {video} could be decoded")
+    n_frames = max(n_frames, decoded)
+    truncated = []
+    if decoded < n_frames:
+        truncated.append(f"video truncated: decoded {decoded} of {n_frames} frames; frames {decoded}-{n_frames - 1} "
+                         f"are masked")
+    results: dict[str, tuple[dict, dict, list[str]]] = {}
+    base = {"n_frames": n_frames, "decoded_frames": decoded, "source_fps": info.fps}
+    if face_cfg is not None:
+        features = np.zeros((n_frames, FACE_DIM), dtype=np.float32)
+        mask = np.zeros(n_frames, dtype=np.uint8)
+        for target, vector in faces.items():
+            features[target], mask[target] = vector, 1
+        notes = list(truncated)
+        if not faces:
+            notes.append(f"no face found in any of {n_frames} frames; face features are masked")
+        results["face"] = ({"features": features.astype(np.float16), "mask": mask},
+                           {**base, "face_frames": len(faces)}, notes)
+    if buffer is not None:
+        embedded = buffer.matrix()
+        features = np.zeros((n_frames, embedder.dim), dtype=np.float16)
+        mask = np.zeros(n_frames, dtype=np.uint8)
+        if held:
+            targets = np.fromiter(held.keys(), dtype=np.int64)
+            rows = np.array([buffer.rows[t] for t in held.values()], dtype=np.int64)
+            features[targets] = embedded[rows].astype(np.float16)
+            mask[targets] = 1
+        results["cnn"] = ({"features": features, "mask": mask},
+                          {**base, "embedded_frames": int(len(embedded)), "model": embedder.model_name,
+                           "device": embedder.device, "half": embedder.half}, list(truncated))
+    return results

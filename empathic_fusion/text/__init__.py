@@ -1,0 +1,6 @@
+"""Text empathy models: a frozen or partly fine-tuned transformer encoder with one regression output
+per label, stacked ridge experts (TF-IDF, frozen embeddings per field), persona conditioning,
+optional extra branches (TF-IDF), turn-level levels, robustness
+perturbations and an LLM-judge evaluation. Trained on the one path of empathic_fusion/pipeline.py:
+`python train.py experiment=text_empathetic_exchanges` (or data=text_csv model=text_regressor modality=t).
+"""

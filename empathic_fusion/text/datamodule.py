@@ -1,0 +1,167 @@
+"""LightningDataModule over a text table: one fold of a grouped K-fold cross-validation per run.
+
+Like the fusion datamodule, a run tests one fold (`cv_fold` of `cv_folds`); a sweep over
+`data.cv_fold` covers them all and `evaluate.py sweep_dir=` aggregates the folds. `cv_fold=null`
+trains on every row (a validation part still held out for checkpoints) and tests nothing;
+`test_all=true` tests every row (scoring a new table with a trained checkpoint).
+Persona encoder and target statistics are fitted on the training rows only (or come from a
+checkpoint, `apply_fitted`). Batches carry the raw strings of every field, persona ids / numbers,
+targets and row indices, and, with a frozen `embedder` attached, the cached field embeddings.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from empathic_fusion.text.data import (PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split, labels, read_table,
+                           text_fields, validate)
+from empathic_fusion.text.metrics import infer_levels
+
+
+class _Rows(Dataset):
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.rows[i])
+
+
+class TextDataModule(L.LightningDataModule):
+    """Any CSV / JSONL of texts with numeric labels; see empathic_fusion/text/data.py for the column roles."""
+
+    def __init__(self, path: str | None, text_columns: list[str], label_columns: list[str],
+                 group_column: str | None = None, context_columns: list[str] | None = None,
+                 persona_columns: list[str] | None = None, order_column: str | None = None, context_turns: int = 0,
+                 cv_folds: int = 5, cv_fold: int | None = 0, test_all: bool = False, val_fraction: float = 0.1,
+                 batch_size: int = 64, split_seed: int = 0, levels: list[int] | None = None,
+                 max_rows: int | None = None, name: str = "text", num_workers: int = 0,
+                 table: pd.DataFrame | None = None):
+        super().__init__()
+        as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
+        self.path = path
+        self.name = name
+        self.spec = TextTableSpec(as_list(text_columns), as_list(label_columns), group_column, as_list(context_columns),
+                                  as_list(persona_columns), order_column, int(context_turns))
+        self.n_folds, self.val_fraction, self.batch_size, self.split_seed = int(cv_folds), val_fraction, batch_size, split_seed
+        self.cv_fold = cv_fold
+        self.test_all = bool(test_all)
+        self.max_rows = max_rows
+        self.num_workers = num_workers
+        self._levels_cfg = tuple(levels) if levels else None
+        self.table = table
+        self.fold: int | None = None
+        self.folds: list | None = None
+        self.embedder = None  # a frozen TextEncoder: batches then carry its cached embeddings
+        if cv_fold is not None and not 0 <= int(cv_fold) < self.n_folds:
+            raise ValueError(f"data.cv_fold={cv_fold} outside 0..{self.n_folds - 1} (data.cv_folds={self.n_folds})")
+
+    @property
+    def scenario(self) -> str:
+        return self.name
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.folds is not None:
+            return
+        table = self.table if self.table is not None else read_table(self.path)
+        validate(table, self.spec, Path(str(self.path)).name if self.path else "table")
+        if self.max_rows and len(table) > self.max_rows:  # documented subsample (seeded)
+            table = table.sample(n=self.max_rows, random_state=self.split_seed).sort_index()
+        self.table = table.reset_index(drop=True)
+        self.fields = text_fields(self.table, self.spec)
+        self.targets = labels(self.table, self.spec)
+        self.levels = self._levels_cfg or infer_levels(self.targets)
+        self.folds = [] if self.test_all else grouped_folds(self.table, self.spec, self.n_folds, self.split_seed)
+        self.use_fold(None if self.test_all else self.cv_fold)
+
+    def all_texts(self) -> list[str]:
+        return [t for values in self.fields.values() for t in values]
+
+    def use_fold(self, k: int | None) -> None:
+        """Select fold k; None trains on every row (validation still held out) with no test rows,
+        or, with test_all, tests every row."""
+        self.fold = k
+        if self.test_all:
+            self.train_rows, self.val_rows = np.arange(0), np.arange(0)
+            self.test_rows = np.arange(len(self.table))
+            return
+        train, test = (np.arange(len(self.table)), np.arange(0)) if k is None else self.folds[k]
+        self.train_rows, self.val_rows = inner_validation_split(np.asarray(train), self.table, self.spec,
+                                                                self.val_fraction, self.split_seed + (k or 0))
+        self.test_rows = np.asarray(test)
+        persona = PersonaEncoder(self.spec.persona_columns).fit(self.table.iloc[self.train_rows])
+        train_targets = self.targets[self.train_rows]
+        std = train_targets.std(0)
+        self.apply_fitted(persona, train_targets.mean(0), np.where(std > 0, std, 1.0))
+
+    def apply_fitted(self, persona: PersonaEncoder, target_mean: np.ndarray, target_std: np.ndarray) -> None:
+        """Use a fitted persona encoder and target statistics (a fold's training rows, or a checkpoint's)."""
+        self.persona = persona
+        self.persona_ids, self.persona_numeric = persona.transform(self.table)
+        self.target_mean = np.asarray(target_mean, dtype=np.float32)
+        self.target_std = np.asarray(target_std, dtype=np.float32)
+
+    @property
+    def train_target_mean(self) -> np.ndarray:
+        return self.target_mean
+
+    def fitted_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps to score new text the way this fold was trained."""
+        return {"fields": list(self.spec.fields), "labels": list(self.spec.label_columns),
+                "persona": self.persona.state(), "target_mean": self.target_mean.tolist(),
+                "target_std": self.target_std.tolist(), "levels": list(self.levels) if self.levels else None}
+
+    def collate(self, rows: list[int]) -> dict:
+        """Raw texts always (a fine-tuned encoder or a text branch reads them); with a frozen
+        `embedder` attached also the cached embeddings."""
+        idx = np.asarray(rows, dtype=int)
+        batch = {"persona_ids": torch.from_numpy(self.persona_ids[idx]),
+                 "persona_numeric": torch.from_numpy(self.persona_numeric[idx]),
+                 "target": torch.from_numpy(self.targets[idx]), "row": torch.from_numpy(idx),
+                 "texts": {f: [values[i] for i in idx] for f, values in self.fields.items()}}
+        if self.embedder is not None:
+            batch["embeddings"] = self._embedding_matrix()[torch.from_numpy(idx)]
+        return batch
+
+    def _embedding_matrix(self) -> torch.Tensor:
+        """Every row's concatenated field embeddings (rows x fields*dim), built once from the encoder cache."""
+        if getattr(self, "_matrix", None) is None or self._matrix_owner is not self.embedder:
+            self._matrix = torch.cat([self.embedder(self.fields[f]) for f in self.spec.fields], dim=-1).float()
+            self._matrix_owner = self.embedder
+        return self._matrix
+
+    def _loader(self, rows: np.ndarray, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.split_seed + (self.fold or 0))
+        return DataLoader(_Rows(rows), batch_size=self.batch_size, shuffle=shuffle, collate_fn=self.collate,
+                          generator=generator if shuffle else None, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_rows, True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_rows, False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_rows, False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.test_rows, False)
+
+    def groups(self, rows: np.ndarray) -> list[str]:
+        """The group (writer / conversation) of each row, or the row number without a group column."""
+        column = self.spec.group_column
+        return [str(v) for v in self.table[column].to_numpy()[rows]] if column else [str(r) for r in rows]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "rows": len(self.table), "fields": self.spec.fields, "labels": self.spec.label_columns,
+                "group_column": self.spec.group_column, "persona_columns": self.spec.persona_columns,
+                "cv_folds": self.n_folds, "cv_fold": self.fold, "levels": list(self.levels) if self.levels else None,
+                "train_rows": len(self.train_rows), "val_rows": len(self.val_rows), "test_rows": len(self.test_rows)}

@@ -1,0 +1,18 @@
+"""Where the package keeps its configs and where a run writes by default.
+
+`CONFIG_DIR` is the Hydra config tree shipped inside the package (also reachable as
+`pkg://empathic_fusion.conf`). `PROJECT_ROOT` is the default root of `data/` and `logs/`: the source
+checkout when the package runs from one (editable install, tests, the top-level scripts), otherwise the
+working directory, so an installed `empathic-train` writes next to where it is started.
+"""
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CONFIG_DIR = PACKAGE_DIR / "conf"
+SOURCE_ROOT = PACKAGE_DIR.parent if (PACKAGE_DIR.parent / "pyproject.toml").is_file() else None
+PROJECT_ROOT = SOURCE_ROOT or Path.cwd()
+
+if not OmegaConf.has_resolver("project_root"):
+    OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))

@@ -1,0 +1,21 @@
+"""Compose a run's config in Python, as train.py / evaluate.py would see it (notebooks, tests)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, open_dict
+
+from empathic_fusion.utils import CONFIG_DIR
+
+
+def compose_config(overrides: list[str], output_dir: str | Path, config_name: str = "train") -> DictConfig:
+    """`conf/<config_name>.yaml` with the overrides, the Hydra config set (so `${hydra:...}` resolves)
+    and every output written under `output_dir` instead of a dated run folder."""
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name=config_name, overrides=list(overrides), return_hydra_config=True)
+    HydraConfig().set_config(cfg)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir)
+    return cfg
