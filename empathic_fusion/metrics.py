@@ -5,7 +5,8 @@ Scores live on the cosine scale (rating - 3) / 2. Accuracy and F1 binarise the t
 threshold (default 3: a rating above 3 counts as "empathized") and the prediction at the same
 threshold, or at a cutoff chosen on the validation split (`choose_threshold`), never on test.
 Window-level metrics score every window; rating-level metrics first average the windows of each
-rating.
+rating. On an integer scale (text labels, 1-5 levels) `level_metrics` adds macro-F1 and quadratic
+weighted kappa on levels: a continuous prediction becomes a level by rounding and clipping.
 
 Degenerate inputs give a warning and a defined value, never a crash or a silent NaN: a correlation
 of a constant (or of fewer than 2 items) is 0, F1 with no positive prediction or truth is 0, and a
@@ -17,12 +18,14 @@ import warnings
 import numpy as np
 import torch
 from scipy.stats import rankdata
+from sklearn.metrics import cohen_kappa_score, f1_score
 
 METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
 EXTRA_METRIC_NAMES = ("mae", "ccc")
 ALL_METRIC_NAMES = METRIC_NAMES + EXTRA_METRIC_NAMES
+LEVEL_METRIC_NAMES = ("macro_f1", "qwk")  # on integer levels (level_metrics)
 PAPER_SYMBOLS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE",
-                 "mae": "MAE", "ccc": "CCC"}
+                 "mae": "MAE", "ccc": "CCC", "macro_f1": "macro-F1", "qwk": "QWK"}
 LOWER_IS_BETTER = frozenset({"mse", "mae"})
 
 
@@ -85,6 +88,43 @@ def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float =
         raise ValueError("predictions and targets must be finite (mask missing values before scoring)")
     _warn_degenerate(pred, target, target > threshold)
     return metric_values(pred, target, threshold, pred_threshold)
+
+
+def to_levels(values: np.ndarray, levels: tuple[int, int]) -> np.ndarray:
+    """Round to the nearest integer level inside [low, high]."""
+    low, high = levels
+    return np.clip(np.rint(np.asarray(values, dtype=float)), low, high).astype(int)
+
+
+def infer_levels(values: np.ndarray) -> tuple[int, int] | None:
+    """(min, max) when every label is an integer, else None (no level metrics)."""
+    values = np.asarray(values, dtype=float)
+    if len(values) and np.allclose(values, np.rint(values)):
+        return int(values.min()), int(values.max())
+    return None
+
+
+def level_metrics(pred: np.ndarray, target: np.ndarray, levels: tuple[int, int] | None) -> dict[str, float]:
+    """Macro-F1 over the scale's levels and quadratic weighted kappa (scikit-learn) of the rounded and
+    clipped predictions; NaN without an integer scale or without items. Agreement of two constants is 0."""
+    pred, target = np.asarray(pred, dtype=float).ravel(), np.asarray(target, dtype=float).ravel()
+    if len(pred) != len(target):
+        raise ValueError(f"{len(pred)} predictions for {len(target)} targets")
+    if levels is None or len(pred) == 0:
+        return {name: float("nan") for name in LEVEL_METRIC_NAMES}
+    p, t = to_levels(pred, levels), to_levels(target, levels)
+    labels = list(range(levels[0], levels[1] + 1))
+    qwk = 0.0 if len(np.unique(p)) == 1 and len(np.unique(t)) == 1 else \
+        float(np.nan_to_num(cohen_kappa_score(t, p, labels=labels, weights="quadratic")))
+    return {"macro_f1": float(f1_score(t, p, labels=labels, average="macro", zero_division=0)), "qwk": qwk}
+
+
+def metrics_with_levels(pred: np.ndarray, target: np.ndarray, threshold: float,
+                        levels: tuple[int, int] | None) -> dict[str, float]:
+    """`metric_values` (Acc/F1: above `threshold` counts as empathized) plus `level_metrics`: the row
+    of a model scored on its own label scale (text labels)."""
+    values = metric_values(np.asarray(pred, dtype=float), np.asarray(target, dtype=float), threshold)
+    return {**values, **level_metrics(pred, target, levels)}
 
 
 def choose_threshold(val_pred: torch.Tensor, val_target: torch.Tensor, threshold: float = 0.0) -> float:

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats
-from sklearn.metrics import accuracy_score, f1_score, mean_absolute_error, mean_squared_error
+from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, mean_absolute_error, mean_squared_error
 
 from empathic_fusion.metrics import (ALL_METRIC_NAMES, METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics,
-                         format_table, rating_threshold_to_target)
+                                     format_table, infer_levels, level_metrics, metrics_with_levels,
+                                     rating_threshold_to_target, to_levels)
 
 
 def _ccc(pred: np.ndarray, target: np.ndarray) -> float:
@@ -115,3 +116,29 @@ def test_format_table_scales_like_the_paper():
     table = format_table({"m": row}, scale=100)
     assert table.splitlines()[0] == "| | r | rho | Acc | F1 | MSE |" and "12.340" in table
     assert "CCC" in format_table({"m": row}, metrics=ALL_METRIC_NAMES) and len(METRIC_NAMES) == 5
+
+
+def test_metrics_on_a_level_scale_match_scipy_and_sklearn():
+    rng = np.random.default_rng(0)
+    target = rng.integers(1, 6, 200).astype(float)
+    pred = target + rng.normal(0, 0.8, 200)
+    got = metrics_with_levels(pred, target, 3.0, (1, 5))
+    levels = to_levels(pred, (1, 5))
+    assert levels.min() >= 1 and levels.max() <= 5 and np.array_equal(levels, np.clip(np.round(pred), 1, 5))
+    assert got["pearson"] == pytest.approx(stats.pearsonr(pred, target)[0])
+    assert got["spearman"] == pytest.approx(stats.spearmanr(pred, target)[0])
+    assert got["mse"] == pytest.approx(mean_squared_error(target, pred))
+    assert got["f1"] == pytest.approx(f1_score(target > 3, pred > 3))
+    assert got["macro_f1"] == pytest.approx(f1_score(target.astype(int), levels, labels=[1, 2, 3, 4, 5], average="macro"))
+    assert got["qwk"] == pytest.approx(cohen_kappa_score(target.astype(int), levels, weights="quadratic"))
+
+
+def test_level_metrics_of_constants_and_without_a_scale():
+    target = np.repeat([1.0, 2.0, 3.0, 4.0, 5.0], 4)
+    constant = metrics_with_levels(np.full(20, 3.0), target, 3.0, (1, 5))
+    assert constant["spearman"] == 0.0 and constant["qwk"] == 0.0  # project rule: no agreement, not NaN
+    assert level_metrics(np.full(4, 2.0), np.full(4, 2.0), (1, 5))["qwk"] == 0.0
+    assert all(np.isnan(v) for v in level_metrics(target, target, None).values())
+    assert infer_levels(np.array([1.0, 5.0, 3.0])) == (1, 5) and infer_levels(np.array([0.5, 2.0])) is None
+    with pytest.raises(ValueError, match="3 predictions for 2 targets"):
+        level_metrics(np.zeros(3), np.zeros(2), (1, 5))

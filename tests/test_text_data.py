@@ -1,15 +1,13 @@
-"""Text tables, grouped folds, turn context, persona encoding, level metrics, perturbations, baselines."""
+"""Text tables, grouped folds, turn context, persona encoding, perturbations, baselines."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import cohen_kappa_score, f1_score
+from scipy.stats import spearmanr
 
 from empathic_fusion.text import baselines
 from empathic_fusion.text.data import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
-from empathic_fusion.text.metrics import infer_levels, summarize_folds, text_metrics, to_levels
 from empathic_fusion.text.perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
 from empathic_fusion.text.synthetic import make_text_table
 
@@ -76,25 +74,6 @@ def test_persona_encoder_uses_training_statistics_and_unknown_ids():
     assert numeric[:, 0] == pytest.approx([0.0, 2 / np.std([1, 3, 5]), 0.0])
     restored = PersonaEncoder.from_state(encoder.state())
     assert np.array_equal(restored.transform(train)[0], encoder.transform(train)[0])
-
-
-def test_text_metrics_match_scipy_and_sklearn():
-    rng = np.random.default_rng(0)
-    target = rng.integers(1, 6, 200).astype(float)
-    pred = target + rng.normal(0, 0.8, 200)
-    m = text_metrics(pred, target, (1, 5))
-    levels = to_levels(pred, (1, 5))
-    assert m["pearson"] == pytest.approx(pearsonr(pred, target)[0])
-    assert m["spearman"] == pytest.approx(spearmanr(pred, target)[0])
-    assert m["mse"] == pytest.approx(np.mean((pred - target) ** 2))
-    assert m["accuracy"] == pytest.approx(np.mean(levels == target))
-    assert m["macro_f1"] == pytest.approx(f1_score(target.astype(int), levels, labels=[1, 2, 3, 4, 5], average="macro"))
-    assert m["qwk"] == pytest.approx(cohen_kappa_score(target.astype(int), levels, weights="quadratic"))
-    constant = text_metrics(np.full(200, 3.0), target, (1, 5))
-    assert constant["spearman"] == 0.0 and constant["qwk"] == 0.0
-    assert infer_levels(np.array([1.0, 5.0, 3.0])) == (1, 5) and infer_levels(np.array([0.5, 2.0])) is None
-    summary = summarize_folds([{"a": 1.0}, {"a": 3.0}])
-    assert summary["a"]["mean"] == 2.0 and summary["a"]["std"] == pytest.approx(np.sqrt(2))
 
 
 @pytest.mark.parametrize("name", list(PERTURBATIONS))

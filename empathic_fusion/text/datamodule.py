@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from empathic_fusion.text.data import (PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split, labels, read_table,
                            text_fields, validate)
-from empathic_fusion.text.metrics import infer_levels
+from empathic_fusion.metrics import infer_levels
 
 
 class _Rows(Dataset):

@@ -183,8 +183,8 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from empathic_fusion.evaluation.tables import aggregate_runs, write_tables
-    from empathic_fusion.metrics import METRIC_NAMES
-    from empathic_fusion.text.pipeline import _rating_metrics, build_text_datamodule
+    from empathic_fusion.metrics import METRIC_NAMES, metrics_with_levels
+    from empathic_fusion.text.pipeline import build_text_datamodule
 
     settings = cfg.judge
     client = ChatClient.from_env(cache_dir=settings.get("cache_dir"), timeout_s=settings.timeout_s,
@@ -210,7 +210,7 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
         constant = np.full(int(ok.sum()), dm.targets[train].mean())
         for name, values in (("LLM judge", pred[ok]), ("training mean", constant)):
             runs.append({"model": name, "modality": "t", "fold": k, "answered": float(ok.mean()),
-                         **_rating_metrics(values, target[ok], threshold, dm.levels)})
+                         **metrics_with_levels(values, target[ok], threshold, dm.levels)})
         predictions.append(pd.DataFrame({"row_index": test, "fold": k, "target": target, "judge": pred}))
     runs_frame = pd.DataFrame(runs)
     summary = aggregate_runs(runs_frame, METRIC_NAMES)  # runs.csv also has MAE, CCC, macro-F1, QWK

@@ -19,17 +19,15 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from empathic_fusion.metrics import METRIC_NAMES, PAPER_SYMBOLS, metric_values
+from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS, metrics_with_levels
 from empathic_fusion.text import baselines
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.encoder import TextEncoder
-from empathic_fusion.text.metrics import SYMBOLS, text_metrics
 from empathic_fusion.text.model import OVERALL, TextEmpathyModule
 
 log = logging.getLogger(__name__)
-TEXT_EXTRA_METRICS = ("macro_f1", "qwk")  # on integer levels; the fusion names come from empathic_fusion.metrics
-REPORT_METRICS = METRIC_NAMES + TEXT_EXTRA_METRICS
+REPORT_METRICS = METRIC_NAMES + LEVEL_METRIC_NAMES
 
 
 def is_text_config(data_cfg: dict | DictConfig) -> bool:
@@ -64,17 +62,9 @@ def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> Non
         encoder.save_cache()
 
 
-def _rating_metrics(pred: np.ndarray, target: np.ndarray, threshold: float, levels: tuple | None) -> dict[str, float]:
-    """The fusion metrics (Acc/F1: above `threshold` counts as empathized) plus level macro-F1 and QWK."""
-    values = metric_values(np.asarray(pred, dtype=float), np.asarray(target, dtype=float), threshold)
-    extra = text_metrics(pred, target, levels)
-    return {**values, **{m: extra[m] for m in TEXT_EXTRA_METRICS}}
-
-
 def _markdown(rows: dict[str, dict[str, float]]) -> str:
     """One row per model / baseline: the paper's five metrics, then macro-F1 and QWK on levels."""
-    symbols = {**PAPER_SYMBOLS, **SYMBOLS}
-    header = "| | " + " | ".join(symbols[m] for m in REPORT_METRICS) + " |"
+    header = "| | " + " | ".join(PAPER_SYMBOLS[m] for m in REPORT_METRICS) + " |"
     lines = [header, "|---" * (len(REPORT_METRICS) + 1) + "|"]
     lines += [f"| {name} | " + " | ".join(f"{values[m]:.3f}" for m in REPORT_METRICS) + " |" for name, values in rows.items()]
     return "\n".join(lines)
@@ -130,7 +120,7 @@ def report_text_test(module: TextEmpathyModule, datamodule: TextDataModule, out_
         outputs[OVERALL] = {title: pred.mean(1), **{b: p.mean(1) for b, p in compare.items()}}
     overall_target = target.mean(1)
     levels = module.levels
-    per_output = {name: {row: _rating_metrics(p, target.mean(1) if name == OVERALL else target[:, names.index(name)],
+    per_output = {name: {row: metrics_with_levels(p, target.mean(1) if name == OVERALL else target[:, names.index(name)],
                                               threshold_rating, levels) for row, p in rows.items()}
                   for name, rows in outputs.items()}
     main = OVERALL if len(names) > 1 else names[0]
