@@ -82,3 +82,40 @@ def test_missing_transcript_is_a_warning_naming_the_session(dataset_copy):
     data = load_dataset(dataset_copy)
     assert sid not in data.transcripts
     assert any(sid in w and "3 rating(s) get no windows" in w for w in data.warnings)
+
+
+@pytest.mark.parametrize("value, expected", [
+    (".nan", "must be a finite number of frames per second, got nan"),
+    (".inf", "must be a finite number of frames per second, got inf"),
+    ("-.inf", "must be a finite number of frames per second, got -inf"),
+    ("true", "must be a positive number of frames per second, got True (a boolean)"),
+    ("0", "must be a positive number of frames per second, got 0"),
+    ("-15", "must be a positive number of frames per second, got -15"),
+    ("'15'", "must be a positive number of frames per second, got '15' (a str)"),
+])
+def test_fps_must_be_a_positive_finite_number_not_a_boolean(dataset_copy, value, expected):
+    path = dataset_copy / "dataset.yaml"
+    lines = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, start=1) if text.startswith("fps:"))
+    lines[line - 1] = f"fps: {value}"
+    path.write_text("\n".join(lines) + "\n")
+    assert f"dataset.yaml, line {line}, field 'fps': {expected}" in _problems(dataset_copy)
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("start", "nan", "'nan' is not a finite number"),
+    ("end", "inf", "'inf' is not a finite number"),
+    ("start", "true", "'true' is not a number"),
+])
+def test_transcript_times_must_be_finite_numbers(dataset_copy, column, value, expected):
+    sid = pd.read_csv(dataset_copy / "sessions.csv").session_id[0]
+    _edit(dataset_copy, f"transcripts/{sid}.csv", lambda t: t.loc.__setitem__((1, column), value))
+    assert f"transcripts/{sid}.csv, line 3, field '{column}': {expected}" in _problems(dataset_copy)
+
+
+@pytest.mark.parametrize("value, expected", [("nan", "'nan' is not a finite number"),
+                                             ("true", "'true' is not a number"),
+                                             ("-inf", "'-inf' is not a finite number")])
+def test_ratings_must_be_finite_numbers_on_the_scale(dataset_copy, value, expected):
+    _edit(dataset_copy, "ratings.csv", lambda t: t.loc.__setitem__((0, "empathy"), value))
+    assert f"ratings.csv, line 2, field 'empathy': {expected}" in _problems(dataset_copy)

@@ -125,6 +125,27 @@ def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
     return number
 
 
+def _fps_problem(fps: object) -> str | None:
+    """Why dataset.yaml's fps is not a usable frame rate, or None. YAML reads `true` as a boolean, which
+    Python would take as 1, and `.nan`/`.inf` as floats: all are refused, naming the value."""
+    if isinstance(fps, bool) or not isinstance(fps, (int, float)):
+        kind = "a boolean" if isinstance(fps, bool) else ("missing" if fps is None else f"a {type(fps).__name__}")
+        return f"must be a positive number of frames per second, got {fps!r} ({kind})"
+    if not math.isfinite(fps):
+        return f"must be a finite number of frames per second, got {fps!r}"
+    if fps <= 0:
+        return f"must be a positive number of frames per second, got {fps!r}"
+    return None
+
+
+def _yaml_key_line(text: str, key: str) -> int | None:
+    """Line of a top-level key in a YAML file (for messages), or None when it is not there."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.split(":", 1)[0].strip() == key and not line.startswith((" ", "\t")):
+            return number
+    return None
+
+
 def _unique_ids(table: pd.DataFrame, column: str, rel: str, problems: list[Problem]) -> None:
     seen: dict[str, int] = {}
     for i, value in enumerate(table[column]):
@@ -257,10 +278,11 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
     if not meta_path.exists():
         problems.append(Problem("dataset.yaml", None, None, "file is missing (it gives the dataset's name and fps)"))
     else:
-        meta = yaml.safe_load(meta_path.read_text()) or {}
-        fps = meta.get("fps")
-        if not isinstance(fps, (int, float)) or fps <= 0:
-            problems.append(Problem("dataset.yaml", None, "fps", f"must be a positive number, got {fps!r}"))
+        text = meta_path.read_text()
+        meta = yaml.safe_load(text) or {}
+        problem = _fps_problem(meta.get("fps"))
+        if problem:
+            problems.append(Problem("dataset.yaml", _yaml_key_line(text, "fps"), "fps", problem))
     participants = _load_participants(root, problems)
     sessions = _load_sessions(root, participants, problems,
                               tuple(modalities) if modalities is not None else ("video", "audio", "text"))
