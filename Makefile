@@ -1,12 +1,13 @@
 # Two commands on a fresh machine with Python 3.11 and pip:
 #   make train   # venv + install, then train on the demo data (generated on first use)
 #   make test    # venv + install, then the test suite
+#   make test-fast  # the suite without the slow, browser and GPU tests (under 2 minutes on 2 cores)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test serve clean-data
+.PHONY: install train test test-fast serve clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,9 @@ train: $(STAMP)
 
 test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(ARGS)
+
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not browser and not gpu" $(ARGS)
 
 clean-data:
 	rm -rf data/demo data/features

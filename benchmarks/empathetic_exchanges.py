@@ -4,14 +4,17 @@ and macro-F1 as mean ± std over folds, whether the model wins on r and rho, the
 its ridge experts, and the time per fold.
 
     .venv/bin/python benchmarks/empathetic_exchanges.py [hydra overrides, e.g. trainer.max_epochs=20]
-    .venv/bin/python benchmarks/empathetic_exchanges.py experiment=text_empathetic_exchanges_finetune
+    .venv/bin/python benchmarks/empathetic_exchanges.py experiment=text_empathetic_exchanges_finetune \
+        --out docs/results/empathetic_exchanges_finetune.md
 
 Reads ../shared/data/empathetic_exchanges (never copied into the repo); exits 0 with a message when
 it is absent. Frozen all-MiniLM-L6-v2 embeddings are cached in data/features/text_cache, so a rerun
-only trains the heads. Results go to logs/benchmarks/empathetic_exchanges/<time>/.
+only trains the heads. The runs go to logs/benchmarks/empathetic_exchanges/<time>/; the tables to
+docs/results/empathetic_exchanges.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -22,32 +25,41 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
-import empathic_fusion.utils  # noqa: E402,F401  (project_root resolver)
+from empathic_fusion.utils import CONFIG_DIR  # noqa: E402  (also registers the project_root resolver)
 from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
 from empathic_fusion.pipeline import train  # noqa: E402
+from results import add_output_arguments, write_results  # noqa: E402
 
 
-def main(overrides: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every fold's run")
+    parser.add_argument("--run-dir", type=Path, default=None,
+                        help="folder for the folds' runs (default: logs/benchmarks/empathetic_exchanges/<time>)")
+    add_output_arguments(parser, "empathetic_exchanges")
+    args = parser.parse_args(argv)
+    overrides = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from omegaconf import OmegaConf
 
     experiment = next((o for o in overrides if o.startswith("experiment=")), "experiment=text_empathetic_exchanges")
     overrides = [o for o in overrides if o != experiment]
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         base = compose(config_name="train", overrides=[experiment, "logger=none", *overrides])
     data_path = Path(base.data.path)
     if not data_path.is_file():
         print(f"EmpatheticExchanges not found at {data_path}; nothing to benchmark.")
         return 0
-    out_dir = ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
     start = time.time()
     seconds = []
     for fold in range(int(base.data.cv_folds)):  # one run per fold, as a `data.cv_fold` sweep would do
-        with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             cfg = compose(config_name="train", overrides=[experiment, "logger=none", *overrides,
                                                           f"data.cv_fold={fold}"])
         job = out_dir / str(fold)
@@ -60,10 +72,14 @@ def main(overrides: list[str]) -> int:
         seconds.append(time.time() - fold_start)
         print(f"fold {fold}: {seconds[-1]:.0f} s (CPU)")
     result = evaluate_sweep(out_dir, None, plots=False)
-    for level, paths in result["paths"].items():
-        print(f"\n{level}-level, mean ± std over folds (x100):\n{paths['md'].read_text()}")
+    sweep_tables = [f"{level}-level, mean ± std over folds (x100):\n\n{paths['md'].read_text().strip()}\n"
+                    for level, paths in result["paths"].items()]
     folds = [json.loads((out_dir / str(k) / "test_metrics.json").read_text()) for k in range(len(seconds))]
-    print(summary_table(folds, seconds))
+    body = (f"{len(seconds)} conversation-grouped folds of {data_path.name}; model and baselines fitted on the "
+            f"same training rows, mean ± std over folds.\n\n{summary_table(folds, seconds)}\n\n"
+            + "\n".join(sweep_tables))
+    print("\n" + body)
+    write_results(args, "EmpatheticExchanges: text model against its baselines", body)
     print(f"results in {out_dir} ({time.time() - start:.0f} s)")
     return 0
 

@@ -10,7 +10,8 @@ H.264) read again and again as if it were many sessions until --frames frames ar
   video path  decode once -> face + cnn (empathic_fusion/features/video_pass.py), what extraction runs
   face+audio+text  decode + face, plus openSMILE LLDs and SBERT of a transcript for the same seconds
 and the ratios to decode alone. With --workers N every stage runs N sessions at once in N
-processes (as extraction does), so the numbers are the machine's throughput.
+processes (as extraction does), so the numbers are the machine's throughput. The table goes to
+docs/results/extract.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from results import add_output_arguments, write_results  # noqa: E402
 
 DEFAULT_VIDEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "media" / "WolfgangLanger_Pexels.mp4"
 _EMBEDDER = None
@@ -132,6 +136,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="sessions processed at once, one process each")
     parser.add_argument("--cnn-batch", type=int, default=32)
     parser.add_argument("--stages", default="decode,face,cnn,video_path,face_audio_text")
+    add_output_arguments(parser, "extract")
     args = parser.parse_args()
     if not args.video.exists():
         raise SystemExit(f"{args.video} does not exist: pass --video (any video OpenCV reads)")
@@ -141,21 +146,23 @@ def main() -> None:
 
     info = probe_video(args.video)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    print(f"video {args.video.name}: {info.width}x{info.height} at {info.fps:.2f} fps -> {args.fps:g} fps; "
-          f"{args.workers} worker(s) on {os.cpu_count()} CPU cores; CNN on {device}"
-          f"{' (fp16)' if torch.cuda.is_available() else ''}")
+    lines = [f"video {args.video.name}: {info.width}x{info.height} at {info.fps:.2f} fps -> {args.fps:g} fps; "
+             f"{args.workers} worker(s) on {os.cpu_count()} CPU cores; CNN on {device}"
+             f"{' (fp16)' if torch.cuda.is_available() else ''}", "",
+             "| stage | frames | seconds | frames/s | / decode |", "|---|---|---|---|---|"]
+    print(lines[0])
     rates = {}
     for stage in args.stages.split(","):
         frames, seconds = measure(stage, args.video, args.fps, args.frames, args.workers, args.cnn_batch)
         rates[stage] = frames / seconds
-        print(f"{stage:>16}: {frames:6d} frames in {seconds:7.2f} s = {rates[stage]:8.1f} frames/s", flush=True)
-    if "decode" in rates:
-        for stage in ("face", "cnn", "video_path", "face_audio_text"):
-            if stage in rates:
-                print(f"ratio {stage}/decode: {rates[stage] / rates['decode']:.3f}")
+        ratio = f"{rates[stage] / rates['decode']:.3f}" if "decode" in rates else "-"
+        lines.append(f"| {stage} | {frames} | {seconds:.2f} | {rates[stage]:.1f} | {ratio} |")
+        print(lines[-1], flush=True)
     if "video_path" in rates:
         hours = 2.9e6 / rates["video_path"] / 3600
-        print(f"EmpathicStories++ (2.9 million frames at 15 fps) through the video path: {hours:.2f} h")
+        lines += ["", f"EmpathicStories++ (2.9 million frames at 15 fps) through the video path: {hours:.2f} h"]
+        print(lines[-1])
+    write_results(args, "Feature extraction speed", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ overwrite bytes in place, delete, NaN written in place), on a fresh copy of an i
   redone   - the branches the repairing run re-extracted (must be exactly the damaged one; a damaged
              manifest loses the record of all of its session's branches, so all of those are redone)
   intact   - every store array byte-identical to the undamaged store afterwards
+The table goes to docs/results/fault_injection.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from empathic_fusion.dataset import load_dataset  # noqa: E402
 from empathic_fusion.demo.generate import DemoConfig, generate_demo  # noqa: E402
 from empathic_fusion.features.extract import extract_features  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError  # noqa: E402
+from results import add_output_arguments, write_results  # noqa: E402
 
 FEATURES = {"text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"}}
 MODALITIES = ["video", "audio", "text"]
@@ -70,6 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--participants", type=int, default=3)
     parser.add_argument("--workdir", default=None)
+    add_output_arguments(parser, "fault_injection")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="fault_injection_"))
     config = DemoConfig(n_participants=args.participants, sessions_per_participant=1, warm_up_s=1.0, story_share_s=8.0,
@@ -127,10 +131,12 @@ def main() -> None:
                          ", ".join(b for _, b in redone) or "-", "yes" if identical else "NO", "ok" if good else "FAIL"))
     header = ("file", "damage", "load", "verify", "repaired by", "redone", "intact", "result")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
-    print(f"\n{sum(r[-1] == 'ok' for r in rows)}/{len(rows)} damages detected and repaired exactly "
-          f"(load: 'named' = opening the array raised an error naming the file; '-' = only the deep check sees it)")
+    lines = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |"
+             for row in [header, tuple("-" * w for w in widths), *rows]]
+    lines += ["", f"{sum(r[-1] == 'ok' for r in rows)}/{len(rows)} damages detected and repaired exactly "
+              f"(load: 'named' = opening the array raised an error naming the file; '-' = only the deep check sees it)"]
+    print("\n".join(lines))
+    write_results(args, "Feature store fault injection", "\n".join(lines))
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if ok else 1)

@@ -18,7 +18,8 @@ With --concurrent N it also trains N runs of each model at once on the device (N
 `hydra/launcher=shared_device` runs a sweep) and prints their aggregate windows/s and the grid time
 at that rate.
 It also prints a memory-copy bandwidth measured in the same process, to say how close the gather
-comes to it, and the load average (the machine may be shared).
+comes to it, and the load average (the machine may be shared). The tables go to docs/results/grid.md
+(`--out` elsewhere, `--no-write` to print only; `--json` for the raw values).
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import add_output_arguments, write_results  # noqa: E402
 from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
@@ -262,7 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="measure on this dataset and its extracted --store-dir instead of a synthetic store "
                              "(e.g. data/demo and data/features/demo; --branches must name its branches)")
     parser.add_argument("--store-dir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results as JSON here")
+    add_output_arguments(parser, "grid")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no GPU")
@@ -316,43 +319,53 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "concurrent_grid_hours": grid_windows / together["rate"] / 3600})
         rows.append(row)
     grid = sum(r["grid_hours"] for r in rows)
-    print(f"\n{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
-          f"branches {dims}, {args.precision}; {n_train} training windows; frame arrays {stored:.2f} GB on {where}; "
-          f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min), {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}")
-    print(f"\nloader only (training split, batch {args.batch_size}), windows/s | batched | reference WindowDataset | ratio")
-    print(f"  per wall second | {new_rate:,.0f} | {old_rate:,.0f} | x{new_rate / old_rate:.1f}")
-    print(f"  per CPU second  | {new_cpu:,.0f} | {old_cpu:,.0f} | x{new_cpu / old_cpu:.1f}")
     written = new_rate * window_bytes / 1e9
-    print(f"batched gather writes {written:.2f} GB/s of float32 windows; a tensor copy on {where} moves "
-          f"{bandwidth:.1f} GB/s (read + write), so the gather's output runs at {written / (bandwidth / 2):.0%} of its write rate")
-    print("\n| model | train windows/s (end to end) | pre-loaded windows/s | loader overhead (e2e/pre step time) | peak GPU GiB | peak RSS GiB | grid h |")
-    print("|---|---|---|---|---|---|---|")
+    lines = [f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
+             f"branches {dims}, {args.precision}; {n_train} training windows; frame arrays {stored:.2f} GB on {where}; "
+             f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) after the loader runs, "
+             f"torch threads {torch.get_num_threads()}", "",
+             f"Loader only (training split, batch {args.batch_size}), windows/s:", "",
+             "| | batched | reference WindowDataset | ratio |", "|---|---|---|---|",
+             f"| per wall second | {new_rate:,.0f} | {old_rate:,.0f} | x{new_rate / old_rate:.1f} |",
+             f"| per CPU second | {new_cpu:,.0f} | {old_cpu:,.0f} | x{new_cpu / old_cpu:.1f} |", "",
+             f"The batched gather writes {written:.2f} GB/s of float32 windows; a tensor copy on {where} moves "
+             f"{bandwidth:.1f} GB/s (read + write), so the gather's output runs at {written / (bandwidth / 2):.0%} of "
+             "its write rate.", "",
+             "| model | train windows/s (end to end) | pre-loaded windows/s | loader overhead (e2e/pre step time) "
+             "| peak GPU GiB | peak RSS GiB | grid h |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
-        print(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['preloaded_windows_per_s']:,.0f} | "
-              f"{r['overhead']:.3f}x | {gpu} | {r['peak_rss_gib']:.2f} | {r['grid_hours']:.2f} |")
-    print(f"\nGrid ({len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
-          f"{args.windows:,} windows, training only, runs in sequence on one device): {grid:.2f} h")
+        lines.append(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['preloaded_windows_per_s']:,.0f} | "
+                     f"{r['overhead']:.3f}x | {gpu} | {r['peak_rss_gib']:.2f} | {r['grid_hours']:.2f} |")
+    lines += ["", f"Grid ({len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
+              f"{args.windows:,} windows, training only, runs in sequence on one device): {grid:.2f} h"]
     if args.concurrent > 1:
-        print(f"\n{args.concurrent} runs at once on one device (separate processes, {rows[0]['concurrent_threads_per_run']} "
-              "torch thread(s) each on CPU), aggregate over the span from the first timed step to the last:")
-        print("| model | one run windows/s | aggregate windows/s | speed-up | per-run windows/s | peak GPU GiB (sum) | grid h |")
-        print("|---|---|---|---|---|---|---|")
+        lines += ["", f"{args.concurrent} runs at once on one device (separate processes, "
+                  f"{rows[0]['concurrent_threads_per_run']} torch thread(s) each on CPU), aggregate over the span from "
+                  "the first timed step to the last:", "",
+                  "| model | one run windows/s | aggregate windows/s | speed-up | per-run windows/s | peak GPU GiB (sum) "
+                  "| grid h |", "|---|---|---|---|---|---|---|"]
         for r in rows:
             gpu = f"{r['concurrent_peak_gpu_gib']:.2f}" if r["concurrent_peak_gpu_gib"] is not None else "-"
-            print(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['concurrent_windows_per_s']:,.0f} | "
-                  f"x{r['concurrent_windows_per_s'] / r['train_windows_per_s']:.2f} | "
-                  f"{', '.join(f'{v:,.0f}' for v in r['concurrent_runs_windows_per_s'])} | {gpu} | {r['concurrent_grid_hours']:.2f} |")
-        print(f"Grid with {args.concurrent} runs at once: {sum(r['concurrent_grid_hours'] for r in rows):.2f} h")
+            lines.append(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['concurrent_windows_per_s']:,.0f} | "
+                         f"x{r['concurrent_windows_per_s'] / r['train_windows_per_s']:.2f} | "
+                         f"{', '.join(f'{v:,.0f}' for v in r['concurrent_runs_windows_per_s'])} | {gpu} | "
+                         f"{r['concurrent_grid_hours']:.2f} |")
+        lines += ["", f"Grid with {args.concurrent} runs at once: {sum(r['concurrent_grid_hours'] for r in rows):.2f} h"]
+    source = (f"dataset {args.dataset_dir}, store {args.store_dir}" if args.dataset_dir is not None
+              else f"synthetic store at {args.fraction:g} of EmpathicStories++'s size")
+    print("\n" + "\n".join(lines))
+    write_results(args, f"Grid end to end from the feature store ({source})", "\n".join(lines))
     result = {"device": str(where), "args": {k: str(v) for k, v in vars(args).items()}, "load_average": load,
               "concurrent_grid_hours": sum(r["concurrent_grid_hours"] for r in rows) if args.concurrent > 1 else None,
               "loader": {"batched_windows_per_s": new_rate, "reference_windows_per_s": old_rate,
                          "batched_windows_per_cpu_s": new_cpu, "reference_windows_per_cpu_s": old_cpu,
                          "copy_bandwidth_gb_s": bandwidth, "window_bytes": window_bytes},
               "models": rows, "grid_hours": grid}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
     return result
 
 

@@ -13,7 +13,8 @@ part of ours. Steps of the models being compared are interleaved in one process 
 theirs, ours, ...) so machine load hits both sides alike and the ratio stays fair on a shared machine.
 
 MMSA's model files are read at run time from ../shared/anchors/mmsa (MIT; see its README): they are
-copied to a temporary folder as a package, never into this project.
+copied to a temporary folder as a package, never into this project. The table goes to
+docs/results/models_vs_mmsa.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
+from results import add_output_arguments, write_results  # noqa: E402
 from train_throughput import SyntheticBatches, model_net  # noqa: E402
 
 MMSA_DIR = ROOT.parent / "shared" / "anchors" / "mmsa"
@@ -118,6 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--models", default="tfn,ef_lstm,lf_lstm,amer")
     parser.add_argument("--mmsa", type=Path, default=MMSA_DIR, help="folder with MMSA's singleTask/ and subNets/")
+    add_output_arguments(parser, "models_vs_mmsa")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
@@ -134,10 +137,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     mmsa = import_mmsa(args.mmsa) if {"tfn", "ef_lstm"} & set(models) else None
     mmsa_args = {"feature_dims": (dims["text"], dims["audio"], dims["video"]), "train_mode": "regression",
                  "seq_lens": args.frames}
-    print(f"cpu, {torch.get_num_threads()} threads, batch {args.batch_size} x {args.frames} frames, dims {dims}, "
-          f"{args.steps} timed steps after {args.warmup} warm-up, {load()} at start")
-    print("| model | ours samples/s | MMSA samples/s | ours / MMSA | load (1/5/15 min) |")
-    print("|---|---|---|---|---|")
+    lines = [f"cpu, {torch.get_num_threads()} threads, batch {args.batch_size} x {args.frames} frames, dims {dims}, "
+             f"{args.steps} timed steps after {args.warmup} warm-up, {load()} at start", "",
+             "| model | ours samples/s | MMSA samples/s | ours / MMSA | load (1/5/15 min) |",
+             "|---|---|---|---|---|"]
+    print("\n".join(lines))
     rows = []
     for name in models:
         torch.manual_seed(0)
@@ -153,8 +157,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         row = {"model": name, **{f"{k}_samples_per_s": args.batch_size / v for k, v in seconds.items()}}
         ours, theirs = row["ours_samples_per_s"], row.get("mmsa_samples_per_s")
         ratio = f"{ours / theirs:.2f}x" if theirs else "-"
-        print(f"| {name} | {ours:,.0f} | {f'{theirs:,.0f}' if theirs else '-'} | {ratio} | {load()} |", flush=True)
+        lines.append(f"| {name} | {ours:,.0f} | {f'{theirs:,.0f}' if theirs else '-'} | {ratio} | {load()} |")
+        print(lines[-1], flush=True)
         rows.append(row)
+    write_results(args, "Fusion models against MMSA's at equal dims", "\n".join(lines))
     return rows
 
 

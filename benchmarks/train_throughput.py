@@ -12,7 +12,8 @@ timed over `--steps` optimizer steps after `--warmup` steps; peak GPU memory is
 torch.cuda.max_memory_allocated over the timed steps. The grid projection is training time only:
 models x modality subsets x seeds x epochs x windows / samples/s, using the v+a+t speed for every
 subset (fewer modalities train faster, so it is an upper bound on that part); validation and test
-passes add their windows at the inference speed, also printed.
+passes add their windows at the inference speed, also printed. The table goes to
+docs/results/train_throughput.md (`--out` elsewhere, `--no-write` to print only; `--json` for the raw values).
 """
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ from torch.utils.data import DataLoader, Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
+from empathic_fusion.utils import CONFIG_DIR  # noqa: E402
+from results import add_output_arguments, write_results  # noqa: E402
 
 MODELS = ("lf_lstm", "ef_lstm", "tfn", "amer")
 MODALITIES = ("video", "audio", "text")
@@ -98,7 +102,7 @@ class StepTimer(L.Callback):
 
 
 def model_net(name: str) -> tuple[dict[str, Any], str]:
-    cfg = OmegaConf.load(ROOT / "conf" / "model" / f"{name}.yaml")
+    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
     return OmegaConf.to_container(cfg.net, resolve=True), str(cfg.head)
 
 
@@ -170,7 +174,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--val-fraction", type=float, default=0.2, help="validation windows per epoch, as a fraction of --windows")
     parser.add_argument("--test-fraction", type=float, default=0.1)
-    parser.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the raw results as JSON here")
+    add_output_arguments(parser, "train_throughput")
     args = parser.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -187,22 +192,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = [measure(name, args, dims) for name in args.models.split(",")]
     grid = project(rows, args)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"\n{device}, batch {args.batch_size}, {args.frames} frames, dims {dims}, v+a+t, {rows[0]['precision']}\n")
-    print("| model | params | train samples/s | eval samples/s | peak GPU GiB | grid train h | grid h with val/test |")
-    print("|---|---|---|---|---|---|---|")
+    lines = [f"{device}, batch {args.batch_size}, {args.frames} frames, dims {dims}, v+a+t, {rows[0]['precision']}; "
+             f"{args.steps} timed steps after {args.warmup} warm-up", "",
+             "| model | params | train samples/s | eval samples/s | peak GPU GiB | grid train h | grid h with val/test |",
+             "|---|---|---|---|---|---|---|"]
     for row in rows:
         peak = f"{row['peak_gpu_memory_gib']:.2f}" if row["peak_gpu_memory_gib"] is not None else "-"
         hours = grid["per_model"][row["model"]]
-        print(f"| {row['model']} | {row['parameters']:,} | {row['train_samples_per_s']:,.0f} | "
-              f"{row['eval_samples_per_s']:,.0f} | {peak} | {hours['train_hours']:.2f} | {hours['with_eval_hours']:.2f} |")
-    print(f"\nGrid: {len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
-          f"{args.windows:,} windows: {grid['train_hours']:.2f} h training, {grid['with_eval_hours']:.2f} h with "
-          f"validation ({args.val_fraction:.0%}/epoch) and test ({args.test_fraction:.0%}), one device, runs in sequence.")
+        lines.append(f"| {row['model']} | {row['parameters']:,} | {row['train_samples_per_s']:,.0f} | "
+                     f"{row['eval_samples_per_s']:,.0f} | {peak} | {hours['train_hours']:.2f} | "
+                     f"{hours['with_eval_hours']:.2f} |")
+    lines += ["", f"Grid: {len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
+              f"{args.windows:,} windows: {grid['train_hours']:.2f} h training, {grid['with_eval_hours']:.2f} h with "
+              f"validation ({args.val_fraction:.0%}/epoch) and test ({args.test_fraction:.0%}), one device, runs in "
+              "sequence (every subset at the v+a+t speed: an upper bound)."]
+    print("\n" + "\n".join(lines))
+    write_results(args, "Training throughput per fusion model", "\n".join(lines))
     result = {"device": device, "args": {k: str(v) for k, v in vars(args).items()}, "dims": dims,
               "models": rows, "grid": grid}
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
     return result
 
 

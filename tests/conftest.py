@@ -48,3 +48,17 @@ def dataset_copy(tiny_dataset, tmp_path) -> Path:
 @pytest.fixture
 def store_copy(tiny_store, tmp_path) -> Path:
     return Path(shutil.copytree(tiny_store, tmp_path / "store"))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA GPU."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in gpu_tests:
+        item.add_marker(skip)
