@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import empathic_fusion.utils  # noqa: F401  (project_root resolver)
+from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
 FEATURES_CFG = {
@@ -62,3 +64,38 @@ def pytest_collection_modifyitems(config, items) -> None:
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     for item in gpu_tests:
         item.add_marker(skip)
+
+
+_TREE_KEY = pytest.StashKey[set]()
+
+
+def _tree_status() -> set[str] | None:
+    """`git status --porcelain` lines of the checkout (tracked changes and untracked, not ignored, files);
+    None outside a git checkout."""
+    try:
+        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return set(done.stdout.splitlines())
+
+
+def pytest_sessionstart(session) -> None:
+    session.config.stash[_TREE_KEY] = _tree_status()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """No test may write into the source tree: files the session changed or added (outside .gitignore)
+    fail the run, named."""
+    before = session.config.stash.get(_TREE_KEY, None)
+    after = _tree_status()
+    if before is None or after is None:
+        return
+    changed = sorted(after - before)
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "tests changed the source tree (git status):\n  " + "\n  ".join(changed)
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
