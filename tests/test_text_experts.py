@@ -1,5 +1,6 @@
-"""Ridge experts and their stack (empathic_fusion/text/experts.py): held-out predictions are cross-fitted, the
-stack weights are non-negative least squares (checked against scipy), the stack follows the expert
+"""Ridge experts and their stack (empathic_fusion/text/experts.py): held-out predictions are cross-fitted and
+equal plain scikit-learn pipelines under GroupKFold, the stack weights are non-negative least squares
+(checked against scipy and LinearRegression(positive=True)), the stack follows the expert
 that carries the signal, fitted state travels in the state dict, and a fine-tuned encoder with an
 embedding expert is refused with the fix in the message; the baselines' ridge grid reaches the
 penalties raw sentence embeddings need."""
@@ -9,10 +10,15 @@ import numpy as np
 import pytest
 import torch
 from scipy.optimize import nnls
-from sklearn.linear_model import Ridge
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LinearRegression, Ridge
+from sklearn.metrics import mean_squared_error
+from sklearn.model_selection import GroupKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from empathic_fusion.text import baselines
-from empathic_fusion.text.experts import EmbeddingRidgeExpert, TfidfRidgeExpert, stack_weights
+from empathic_fusion.text.experts import RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert, stack_weights
 
 WORDS = ["kind", "sorry", "late", "bus", "rain", "hug", "warm", "cold", "loud", "calm", "glad", "sad"]
 
@@ -110,3 +116,50 @@ def test_one_training_group_falls_back_to_row_folds_with_a_warning_and_one_row_i
     assert held_out.shape == (12, 1) and "one group" in caplog.text
     with pytest.raises(ValueError, match="1 training row.*model.net.experts=\\[\\]"):
         EmbeddingRidgeExpert().fit({"texts": {"text": ["a"]}, "embeddings": torch.zeros(1, 8)}, y[:1], ["w1"])
+
+
+def test_embedding_expert_equals_a_standard_scaler_ridge_pipeline_under_grouped_folds():
+    """The expert's own scaling and penalty choice against scikit-learn's StandardScaler + Ridge under
+    GroupKFold: the same penalty (lowest pooled held-out MSE) and the same held-out predictions."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(200, 6)).astype(np.float32) * np.array([1, 2, 0.5, 1, 3, 1], np.float32)
+    y = (x[:, 0] - 0.5 * x[:, 4] + rng.normal(size=200))[:, None]
+    groups = [f"g{i // 4}" for i in range(200)]
+    expert = EmbeddingRidgeExpert(per_field=False)
+    held_out = expert.fit({"texts": {"text": [""] * 200}, "embeddings": torch.from_numpy(x)}, y, groups)
+    cv = GroupKFold(n_splits=5)
+    reference = {a: cross_val_predict(make_pipeline(StandardScaler(), Ridge(alpha=a)), x, y, groups=groups,
+                                      cv=cv).reshape(-1, 1) for a in RIDGE_ALPHAS}
+    best = min(RIDGE_ALPHAS, key=lambda a: mean_squared_error(y, reference[a]))
+    assert expert.alpha == best
+    assert np.allclose(held_out, reference[best], atol=1e-4)
+
+
+def test_tfidf_expert_equals_a_tfidf_ridge_pipeline_under_grouped_folds():
+    batch, y, groups, _ = _batch(150, 10)
+    expert = TfidfRidgeExpert(min_df=1)
+    held_out = expert.fit(batch, y, groups)
+    reference = make_pipeline(TfidfVectorizer(ngram_range=(1, 2), min_df=1, sublinear_tf=True, dtype=np.float32),
+                              Ridge(alpha=expert.alpha))
+    texts = batch["texts"]["text"]
+    expected = cross_val_predict(reference, texts, y, groups=groups, cv=GroupKFold(n_splits=5)).reshape(-1, 1)
+    assert np.allclose(held_out, expected, atol=1e-5)
+    assert np.allclose(expert(batch).numpy(), reference.fit(texts, y).predict(texts).reshape(-1, 1), atol=1e-5)
+
+
+def test_stack_weights_equal_a_positive_linear_regression():
+    rng = np.random.default_rng(11)
+    held_out = rng.normal(size=(250, 1, 4))
+    targets = held_out[:, :, 0] * 0.8 - held_out[:, :, 2] * 0.3 + 0.2 * rng.normal(size=(250, 1)) + 1.0
+    weights, intercept = stack_weights(held_out, targets)
+    reference = LinearRegression(positive=True).fit(held_out[:, 0, :], targets[:, 0])
+    assert np.allclose(weights[0], reference.coef_, atol=1e-5) and weights[0, 2] == 0.0
+    assert intercept[0] == pytest.approx(reference.intercept_, abs=1e-5)
+
+
+def test_baseline_penalty_choice_equals_its_validation_mse_argmin():
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(160, 20))
+    y = (x[:, :3].sum(1) + rng.normal(size=160))[:, None]
+    errors = [mean_squared_error(y[120:], Ridge(alpha=a).fit(x[:120], y[:120]).predict(x[120:])) for a in RIDGE_ALPHAS]
+    assert baselines._pick_alpha(x[:120], y[:120], x[120:], y[120:]) == RIDGE_ALPHAS[int(np.argmin(errors))]

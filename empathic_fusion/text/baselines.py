@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 from sklearn.linear_model import Ridge
+from sklearn.model_selection import GridSearchCV, PredefinedSplit
 
 from empathic_fusion.text.experts import RIDGE_ALPHAS, FieldTfidf
 
@@ -30,10 +32,12 @@ def _tfidf(fields: dict[str, list[str]], fit_rows: np.ndarray, rows: list[np.nda
 
 def _pick_alpha(x_train, y_train: np.ndarray, x_val, y_val: np.ndarray) -> float:
     """The RIDGE_ALPHAS value (0.1 .. 1e5, the experts' grid: raw sentence embeddings need penalties
-    far above 100) with the lowest validation MSE."""
-    errors = [np.mean((Ridge(alpha=a).fit(x_train, y_train).predict(x_val).reshape(len(y_val), -1) - y_val) ** 2)
-              for a in RIDGE_ALPHAS]
-    return RIDGE_ALPHAS[int(np.argmin(errors))]
+    far above 100) with the lowest validation MSE: a grid search over the one train/validation split."""
+    x = sparse.vstack([x_train, x_val]).tocsr() if sparse.issparse(x_train) else np.concatenate([x_train, x_val])
+    split = PredefinedSplit(np.r_[np.full(len(y_train), -1), np.zeros(len(y_val), dtype=int)])
+    search = GridSearchCV(Ridge(), {"alpha": list(RIDGE_ALPHAS)}, scoring="neg_mean_squared_error", cv=split,
+                          refit=False, error_score="raise")
+    return float(search.fit(x, np.concatenate([y_train, y_val])).best_params_["alpha"])
 
 
 def embedding_ridge(embeddings: np.ndarray, targets: np.ndarray, train_rows: np.ndarray, test_rows: np.ndarray,

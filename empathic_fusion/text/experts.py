@@ -9,10 +9,12 @@ carry different signal, and costs seconds on a CPU.
 An expert is an nn.Module with `needs_embeddings`, `expand(fields, dim)` (the experts it stands for,
 e.g. one per field), `fit(batch, targets, groups) -> out-of-fold predictions` and
 `forward(batch) -> N x labels` on the standardised target scale. `fit` picks the
-ridge penalty by grouped K-fold CV on the training rows (folds never split a writer or
-conversation), keeps those held-out (cross-fitted) predictions, which are what the stack weights and
-the head's training see (an expert's predictions on its own training rows would be overfitted),
-then refits on every training row. The fitted state (vocabularies, coefficients) travels in the
+ridge penalty by grouped K-fold CV on the training rows (scikit-learn's GroupKFold: folds never split
+a writer or conversation; `cross_val_predict` of a feature transform + Ridge pipeline, so the
+transform is fitted inside each fold), keeps those held-out (cross-fitted) predictions, which are
+what the stack weights and the head's training see (an expert's predictions on its own training rows
+would be overfitted), then refits on every training row. The stack weights are non-negative least
+squares (scipy's nnls). The fitted state (vocabularies, coefficients) travels in the
 checkpoint as PyTorch extra state, so a checkpoint scores new text without the training data.
 """
 from __future__ import annotations
@@ -27,8 +29,10 @@ from scipy.linalg import LinAlgWarning
 from scipy.optimize import nnls
 from scipy.sparse import csr_matrix, hstack
 from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.linear_model import Ridge
-from sklearn.model_selection import GroupKFold
+from sklearn.model_selection import GroupKFold, cross_val_predict
+from sklearn.pipeline import Pipeline
 
 from empathic_fusion.text.fitted import FittedModule
 
@@ -62,10 +66,13 @@ class FieldTfidf:
 
 
 class RidgeExpert(FittedModule):
-    """Ridge regression on features of a batch; subclasses say which features (`_features`)."""
+    """Ridge regression on features of a batch; subclasses say which features: `_fit_transform`
+    fits their transform on the given rows and returns it with their features, `_transform` applies
+    a fitted transform. `state_key` names that transform in the fitted state (and the checkpoint)."""
 
     needs_embeddings = False
     label = "ridge"
+    state_key = "transform"
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5):
         super().__init__()
@@ -80,11 +87,12 @@ class RidgeExpert(FittedModule):
         """The experts this one stands for over these text fields (encoder width `dim`): itself."""
         return [self]
 
-    def _fit_features(self, batch: dict) -> Any:
-        """Fit any feature transform on `batch` (the training rows) and return their features."""
-        return self._features(batch)
+    def _fit_transform(self, batch: dict) -> tuple[Any, Any]:
+        """The feature transform fitted on `batch` (the training rows) and their features (None: no features)."""
+        raise NotImplementedError
 
-    def _features(self, batch: dict) -> Any:
+    def _transform(self, transform: Any, batch: dict) -> Any:
+        """The features of `batch` under a fitted transform (None: no features)."""
         raise NotImplementedError
 
     def fit(self, batch: dict, targets: np.ndarray, groups: list[str] | np.ndarray) -> np.ndarray:
@@ -100,32 +108,23 @@ class RidgeExpert(FittedModule):
             raise ValueError(f"{type(self).__name__}: {len(targets)} training row(s); stacking needs at least 2 "
                              "(or train the encoder + head recipe: model.net.experts=[] model.net.head_input=embeddings)")
         folds = list(GroupKFold(n_splits=k).split(np.zeros(len(targets)), groups=groups))
-        held_out = np.zeros((len(self.alphas), *targets.shape))
-        for train, test in folds:
-            x_train = self._fit_features(_select(batch, train))
-            x_test = self._features(_select(batch, test))
-            if x_train is None:  # no features on this fold: the fold's training mean
-                held_out[:, test] = targets[train].mean(0)
-                continue
-            for i, alpha in enumerate(self.alphas):
-                with warnings.catch_warnings():  # a tiny penalty on collinear features: ill-conditioned, still fine
-                    warnings.simplefilter("ignore", LinAlgWarning)
-                    model = Ridge(alpha=alpha).fit(x_train, targets[train])
-                held_out[i, test] = np.asarray(model.predict(x_test)).reshape(len(test), -1)
-        errors = ((held_out - targets[None]) ** 2).mean(axis=(1, 2))
-        best = int(np.argmin(errors))
-        x_all = self._fit_features(batch)
-        if x_all is None:
+        rows = np.arange(len(targets)).reshape(-1, 1)
+        model = Pipeline([("features", _ExpertFeatures(self, batch, {})), ("ridge", Ridge())])
+        with warnings.catch_warnings():  # a tiny penalty on collinear features: ill-conditioned, still fine
+            warnings.simplefilter("ignore", LinAlgWarning)
+            held_out = np.stack([np.asarray(cross_val_predict(model.set_params(ridge__alpha=alpha), rows, targets,
+                                                              cv=folds), dtype=np.float64).reshape(targets.shape)
+                                 for alpha in self.alphas])
+            best = int(np.argmin(((held_out - targets[None]) ** 2).mean(axis=(1, 2))))
+            model.set_params(ridge__alpha=self.alphas[best]).fit(rows, targets)
+        features, ridge = model.named_steps["features"], model.named_steps["ridge"]
+        if features.empty_:  # no features on the training rows: their mean
             self._state = {"alpha": self.alphas[best], "coef": None, "intercept": targets.mean(0)}
         else:
-            model = Ridge(alpha=self.alphas[best]).fit(x_all, targets)
-            self._state = {**self._state_extra(), "alpha": self.alphas[best],
-                           "coef": np.asarray(model.coef_, dtype=np.float32).reshape(targets.shape[1], -1),
-                           "intercept": np.asarray(model.intercept_, dtype=np.float32).reshape(-1)}
+            self._state = {self.state_key: features.transform_, "alpha": self.alphas[best],
+                           "coef": np.asarray(ridge.coef_, dtype=np.float32).reshape(targets.shape[1], -1),
+                           "intercept": np.asarray(ridge.intercept_, dtype=np.float32).reshape(-1)}
         return held_out[best]
-
-    def _state_extra(self) -> dict[str, Any]:
-        return {}
 
     def forward(self, batch: dict) -> torch.Tensor:
         if self._state is None:
@@ -134,36 +133,68 @@ class RidgeExpert(FittedModule):
         n = _batch_size(batch)
         out = np.tile(state["intercept"], (n, 1)).astype(np.float32)
         if state["coef"] is not None:
-            x = self._features(batch)
+            x = self._transform(state[self.state_key], batch)
             if x is not None:
                 out += np.asarray(x @ state["coef"].T, dtype=np.float32).reshape(n, -1)
         return self._as_batch_tensor(out, batch)
+
+
+class _ExpertFeatures(TransformerMixin, BaseEstimator):
+    """An expert's feature transform as a scikit-learn step over row positions of `batch`, so that
+    `cross_val_predict` fits it inside each fold (on the fold's training rows only). Fitted transforms
+    and features are cached by their rows in `cache`, shared by clones: a penalty grid over the same
+    folds fits each fold's transform once (a TF-IDF fit costs seconds, a ridge fit milliseconds). Rows
+    without features (e.g. TF-IDF with no vocabulary) get one zero column, which a ridge with an
+    intercept turns into the training mean; `empty_` says so."""
+
+    def __init__(self, expert: RidgeExpert, batch: dict, cache: dict):
+        self.expert, self.batch, self.cache = expert, batch, cache
+
+    def __sklearn_clone__(self) -> "_ExpertFeatures":
+        return _ExpertFeatures(self.expert, self.batch, self.cache)  # the data and the cache are shared, not copied
+
+    def fit(self, X: np.ndarray, y: Any = None) -> "_ExpertFeatures":
+        self.fit_transform(X, y)
+        return self
+
+    def fit_transform(self, X: np.ndarray, y: Any = None, **params: Any) -> Any:
+        rows = np.asarray(X).ravel()
+        self.fit_key_ = rows.tobytes()
+        if self.fit_key_ not in self.cache:
+            self.cache[self.fit_key_] = self.expert._fit_transform(_select(self.batch, rows))
+        self.transform_, x = self.cache[self.fit_key_]
+        self.empty_ = x is None
+        return _or_zero_column(x, len(rows))
+
+    def transform(self, X: np.ndarray) -> Any:
+        rows = np.asarray(X).ravel()
+        key = (self.fit_key_, rows.tobytes())
+        if key not in self.cache:
+            self.cache[key] = self.expert._transform(self.transform_, _select(self.batch, rows))
+        return _or_zero_column(self.cache[key], len(rows))
+
+
+def _or_zero_column(x: Any, n: int) -> Any:
+    return csr_matrix((n, 1), dtype=np.float64) if x is None else x
 
 
 class TfidfRidgeExpert(RidgeExpert):
     """Ridge on word 1-2-gram TF-IDF of every field (the TF-IDF + ridge baseline's features)."""
 
     label = "TF-IDF ridge"
+    state_key = "tfidf"
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, min_df: int = 2,
                  max_features: int | None = 200000):
         super().__init__(alphas, inner_folds)
         self.min_df, self.max_features = min_df, max_features
-        self._tfidf: FieldTfidf | None = None
 
-    def _fit_features(self, batch: dict):
-        self._tfidf = FieldTfidf(self.min_df, self.max_features).fit(batch["texts"])
-        return self._tfidf.transform(batch["texts"])
+    def _fit_transform(self, batch: dict) -> tuple[FieldTfidf, csr_matrix | None]:
+        tfidf = FieldTfidf(self.min_df, self.max_features).fit(batch["texts"])
+        return tfidf, tfidf.transform(batch["texts"])
 
-    def _features(self, batch: dict):
-        return self._tfidf.transform({f: [t or "" for t in texts] for f, texts in batch["texts"].items()})
-
-    def _state_extra(self) -> dict[str, Any]:
-        return {"tfidf": self._tfidf}
-
-    def set_extra_state(self, state: dict[str, Any] | None) -> None:
-        super().set_extra_state(state)
-        self._tfidf = (state or {}).get("tfidf")
+    def _transform(self, transform: FieldTfidf, batch: dict) -> csr_matrix | None:
+        return transform.transform({f: [t or "" for t in texts] for f, texts in batch["texts"].items()})
 
 
 class EmbeddingRidgeExpert(RidgeExpert):
@@ -175,6 +206,7 @@ class EmbeddingRidgeExpert(RidgeExpert):
 
     needs_embeddings = True
     label = "embedding ridge"
+    state_key = "scale"
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, per_field: bool = True,
                  columns: tuple[int, int] | None = None, field: str | None = None):
@@ -182,7 +214,6 @@ class EmbeddingRidgeExpert(RidgeExpert):
         self.per_field, self.columns, self.field = per_field, columns, field
         if field:
             self.label = f"embedding ridge ({field})"
-        self._scale: tuple[np.ndarray, np.ndarray] | None = None
 
     def expand(self, fields: list[str], dim: int) -> list[RidgeExpert]:
         if not self.per_field or len(fields) < 2:
@@ -194,22 +225,16 @@ class EmbeddingRidgeExpert(RidgeExpert):
         x = _embeddings(batch)
         return x[:, self.columns[0]:self.columns[1]] if self.columns else x
 
-    def _fit_features(self, batch: dict):
+    def _fit_transform(self, batch: dict) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """Centre and scale (zero-variance dimensions keep scale 1), as StandardScaler does; float32
+        statistics, which the checkpoints hold."""
         x = self._x(batch)
         std = x.std(0)
-        self._scale = (x.mean(0), np.where(std > 0, std, 1.0).astype(np.float32))
-        return (x - self._scale[0]) / self._scale[1]
+        scale = (x.mean(0), np.where(std > 0, std, 1.0).astype(np.float32))
+        return scale, (x - scale[0]) / scale[1]
 
-    def _features(self, batch: dict):
-        return (self._x(batch) - self._scale[0]) / self._scale[1]
-
-    def _state_extra(self) -> dict[str, Any]:
-        return {"scale": self._scale}
-
-    def set_extra_state(self, state: dict[str, Any] | None) -> None:
-        super().set_extra_state(state)
-        if state and "scale" in state:
-            self._scale = state["scale"]
+    def _transform(self, transform: tuple[np.ndarray, np.ndarray], batch: dict) -> np.ndarray:
+        return (self._x(batch) - transform[0]) / transform[1]
 
 
 def _embeddings(batch: dict) -> np.ndarray:
