@@ -59,6 +59,20 @@ def reports(folder: Path) -> dict[str, dict[str, Any]]:
     return {str(f.parent.relative_to(folder)) if f.parent != folder else ".": json.loads(f.read_text()) for f in files}
 
 
+def predictions_line(before: Path, after: Path) -> str | None:
+    """How far apart the two runs' per-rating predictions are (test_predictions.csv), when both wrote them."""
+    import pandas as pd
+
+    files = [folder / "test_predictions.csv" for folder in (before, after)]
+    if not all(f.is_file() for f in files):
+        return None
+    old, new = (pd.read_csv(f) for f in files)
+    if len(old) != len(new) or "predicted" not in old or "predicted" not in new:
+        return f"test_predictions.csv: {len(old)} rows before, {len(new)} after (not comparable row by row)"
+    largest = float((old["predicted"] - new["predicted"]).abs().max()) if len(old) else 0.0
+    return f"test_predictions.csv: {len(old)} rows on both sides; largest absolute difference of a prediction: {largest:.2g}"
+
+
 def fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
@@ -76,6 +90,9 @@ def compare(name: str, before: Path, after: Path) -> tuple[str, float]:
                          key=lambda m: (METRIC_ORDER.index(m) if m in METRIC_ORDER else len(METRIC_ORDER), m))
         if run != ".":
             lines += [f"### {run}", ""]
+        compared = predictions_line(before / run, after / run)
+        if compared:
+            lines += [compared, ""]
         lines += ["| row | " + " | ".join(f"{m} before / after" for m in metrics) + " | max abs diff |",
                   "|---" * (len(metrics) + 2) + "|"]
         for label in labels:

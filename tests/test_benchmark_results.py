@@ -82,6 +82,10 @@ def test_before_after_shows_every_value_and_the_largest_difference(tmp_path):
 def test_before_after_equal_runs_differ_by_zero(tmp_path):
     _report(tmp_path / "a", 0.3)
     _report(tmp_path / "b", 0.3)
+    for side, shift in (("a", 0.0), ("b", 0.25)):
+        (tmp_path / side / "test_predictions.csv").write_text(f"rating_index,predicted\n0,{2.5 + shift}\n1,3.5\n")
     out = tmp_path / "before_after.md"
     before_after.main(["--pair", "demo", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
-    assert "| demo | 0 |" in out.read_text()
+    text = out.read_text()
+    assert "| demo | 0 |" in text
+    assert "test_predictions.csv: 2 rows on both sides; largest absolute difference of a prediction: 0.25" in text
