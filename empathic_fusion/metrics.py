@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 import numpy as np
+import pandas as pd
 import torch
 from scipy.stats import rankdata
 from sklearn.metrics import cohen_kappa_score, f1_score
@@ -163,9 +164,6 @@ def aggregate_by_rating(pred: torch.Tensor, target: torch.Tensor,
 
 def format_table(rows: dict[str, dict[str, float]], scale: float = 1.0,
                  metrics: tuple[str, ...] = METRIC_NAMES) -> str:
-    """Markdown table with the paper's column symbols; scale=100 gives the paper's x100 display."""
-    header = "| | " + " | ".join(PAPER_SYMBOLS[m] for m in metrics) + " |"
-    lines = [header, "|---" * (len(metrics) + 1) + "|"]
-    for name, values in rows.items():
-        lines.append(f"| {name} | " + " | ".join(f"{values[m] * scale:.3f}" for m in metrics) + " |")
-    return "\n".join(lines)
+    """Markdown table (pandas + tabulate) with the paper's column symbols; scale=100 gives the paper's x100 display."""
+    frame = pd.DataFrame.from_dict(rows, orient="index")[list(metrics)] * scale
+    return frame.rename(columns=PAPER_SYMBOLS).to_markdown(floatfmt=".3f", missingval="nan")

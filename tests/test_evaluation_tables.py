@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 from empathic_fusion.evaluation.sweep import PaperTablesCallback, collect_runs, evaluate_sweep, skipped_runs
 from empathic_fusion.evaluation.tables import aggregate_runs, rank_marks, to_latex, to_markdown
-from empathic_fusion.metrics import ALL_METRIC_NAMES
+from empathic_fusion.evaluation.report import format_ci
+from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS, format_table
 
 MODELS = {"empathic_fusion.models.lf_lstm.LFLSTM": 0.30, "empathic_fusion.models.tfn.TFN": 0.10, "empathic_fusion.models.amer.AMER": 0.20}
 MODALITIES = {"t": ["text"], "v+t": ["video", "text"]}
@@ -65,9 +66,32 @@ def test_best_bold_second_underlined_in_markdown_and_latex(sweep):
     assert marks[(best, "mse")] == "best"  # lower is better for MSE
     markdown = to_markdown(summary)
     assert "**35.0 ± 1.0**" in markdown and "<u>30.0 ± 1.0</u>" in markdown
-    assert markdown.count("| LF-LSTM |") == 1  # the model named on its first row only
+    assert sum(_cells(line)[0] == "LF-LSTM" for line in markdown.splitlines()) == 1  # named on its first row only
+    assert _cells(markdown.splitlines()[0]) == ["Model", "Modality", "r (↑)", "rho (↑)", "Acc (↑)", "F1 (↑)",
+                                                "MSE (↓)", "runs"]
     latex = to_latex(summary, caption="c")
     assert r"\mathbf{35.0 \pm 1.0}" in latex and r"\underline{30.0 \pm 1.0}" in latex and r"\toprule" in latex
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.split("|")[1:-1]]
+
+
+def test_markdown_tables_read_back_as_their_numbers():
+    """format_table and format_ci (pandas + tabulate): each row reads back as the values it was given,
+    three decimals, NaN written as nan."""
+    rows = {"model": {m: 0.1234 * (k + 1) for k, m in enumerate(METRIC_NAMES)},
+            "TF-IDF + ridge": {m: float("nan") if m == "pearson" else 0.5 for m in METRIC_NAMES}}
+    lines = format_table(rows, scale=100).splitlines()
+    assert _cells(lines[0]) == ["", *(PAPER_SYMBOLS[m] for m in METRIC_NAMES)] and set(lines[1]) <= set("|:-")
+    assert _cells(lines[2]) == ["model", *(f"{12.34 * (k + 1):.3f}" for k in range(len(METRIC_NAMES)))]
+    assert _cells(lines[3]) == ["TF-IDF + ridge", "nan", *["50.000"] * (len(METRIC_NAMES) - 1)]
+    ci = {"rating": {"pearson": {"estimate": 0.41, "low": -0.0501, "high": 0.6}, "mse": {"estimate": 1.0, "low": 0.5, "high": 2.25}}}
+    text = format_ci(ci, 0.95, ("pearson", "mse"))
+    assert text.startswith("95% bootstrap CI, resampling participants:\n\n")
+    header, _, row = text.split("\n\n")[1].splitlines()
+    assert _cells(header) == ["level", "pearson", "mse"]
+    assert _cells(row) == ["rating", "0.410 [-0.050, 0.600]", "1.000 [0.500, 2.250]"]
 
 
 def test_ties_share_the_mark():

@@ -123,9 +123,8 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
 
 def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,
               metrics: tuple[str, ...]) -> str:
-    """Markdown: estimate [low, high] per level and metric."""
-    lines = ["| level | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|"]
-    for level, values in ci.items():
-        lines.append(f"| {level} | " + " | ".join(
-            f"{values[m]['estimate']:.3f} [{values[m]['low']:.3f}, {values[m]['high']:.3f}]" for m in metrics) + " |")
-    return f"{confidence:.0%} bootstrap CI, resampling participants:\n\n" + "\n".join(lines)
+    """Markdown (pandas + tabulate): estimate [low, high] per level and metric."""
+    cells = pd.DataFrame({m: {level: f"{values[m]['estimate']:.3f} [{values[m]['low']:.3f}, {values[m]['high']:.3f}]"
+                              for level, values in ci.items()} for m in metrics})
+    table = cells.rename_axis("level").reset_index().to_markdown(index=False, colalign=["left"] * (len(metrics) + 1))
+    return f"{confidence:.0%} bootstrap CI, resampling participants:\n\n" + table

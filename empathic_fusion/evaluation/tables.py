@@ -1,12 +1,14 @@
 """Paper-style result tables (Tables 2/3 of EmpathicStories++): models x modality subsets x metrics,
 runs of one cell (seeds, CV folds) aggregated to mean +- std, best per column bold, second underlined.
 
-Written as Markdown (underline as <u>..</u>, which GitHub renders), LaTeX (booktabs) and CSV
-(numbers only: one mean and one std column per metric, plus the number of runs).
+Written by pandas as Markdown (via tabulate; underline as <u>..</u>, which GitHub renders), LaTeX
+(booktabs, via the Styler) and CSV (numbers only: one mean and one std column per metric, plus the
+number of runs).
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -68,55 +70,48 @@ def _cell(summary: pd.DataFrame, row: int, metric: str, scale: float, decimals: 
     return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
 
 
+def _display(summary: pd.DataFrame, metrics: tuple[str, ...], scale: float, decimals: int,
+             cell: Callable[[str, str | None], str], header: Callable[[str], str],
+             model_name: Callable[[str], str], modality_name: Callable[[str], str]) -> pd.DataFrame:
+    """The table as shown: one text column per metric (`cell(text, mark)` marks best and second), the
+    model named on its first row only, as in the paper."""
+    marks = rank_marks(summary, metrics, scale, decimals)
+    models = summary["model"].astype(str)
+    shown = pd.DataFrame({"Model": [model_name(m) if m != previous else ""
+                                    for m, previous in zip(models, [None, *models[:-1]])],
+                          "Modality": [modality_name(str(m)) for m in summary["modality"]]}, index=summary.index)
+    for metric in metrics:
+        shown[header(metric)] = [cell(_cell(summary, row, metric, scale, decimals), marks.get((row, metric)))
+                                 for row in summary.index]
+    shown["runs"] = summary["n_runs"].astype(int)
+    return shown
+
+
 def to_markdown(summary: pd.DataFrame, metrics: tuple[str, ...] = METRIC_NAMES, scale: float = 100.0,
                 decimals: int = 1) -> str:
-    """Markdown table; the model name is printed on its first row only, as in the paper."""
-    marks = rank_marks(summary, metrics, scale, decimals)
+    """Markdown table (pandas + tabulate); the model name is printed on its first row only, as in the paper."""
     arrows = {m: "↓" if m in LOWER_IS_BETTER else "↑" for m in metrics}
-    lines = ["| Model | Modality | " + " | ".join(f"{PAPER_SYMBOLS[m]} ({arrows[m]})" for m in metrics) + " | runs |",
-             "|---|---|" + "---|" * len(metrics) + "---|"]
-    previous = None
-    for row in summary.index:
-        model = summary.at[row, "model"]
-        cells = []
-        for metric in metrics:
-            text = _cell(summary, row, metric, scale, decimals)
-            mark = marks.get((row, metric))
-            cells.append(f"**{text}**" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text)
-        lines.append(f"| {model if model != previous else ''} | {summary.at[row, 'modality']} | "
-                     + " | ".join(cells) + f" | {summary.at[row, 'n_runs']} |")
-        previous = model
-    return "\n".join(lines)
+    shown = _display(summary, metrics, scale, decimals,
+                     cell=lambda text, mark: f"**{text}**" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text,
+                     header=lambda m: f"{PAPER_SYMBOLS[m]} ({arrows[m]})", model_name=str, modality_name=str)
+    return shown.to_markdown(index=False, colalign=("left", "left", *["right"] * (len(metrics) + 1)))
 
 
 def to_latex(summary: pd.DataFrame, metrics: tuple[str, ...] = METRIC_NAMES, scale: float = 100.0,
              decimals: int = 1, caption: str = "") -> str:
-    """A booktabs table (needs \\usepackage{booktabs}); bold best, underline second."""
-    marks = rank_marks(summary, metrics, scale, decimals)
+    """A booktabs table (pandas Styler; needs \\usepackage{booktabs}); bold best, underline second."""
     arrows = {m: r"$\downarrow$" if m in LOWER_IS_BETTER else r"$\uparrow$" for m in metrics}
-    lines = [r"\begin{table}[t]", r"\centering", r"\begin{tabular}{ll" + "c" * len(metrics) + "}", r"\toprule",
-             "Model & Modality & " + " & ".join(f"{LATEX_SYMBOLS[m]} ({arrows[m]})" for m in metrics) + r" \\",
-             r"\midrule"]
-    previous = None
-    for row in summary.index:
-        model = summary.at[row, "model"]
-        if previous is not None and model != previous:
-            lines.append(r"\midrule")
-        cells = []
-        for metric in metrics:
-            text = _cell(summary, row, metric, scale, decimals).replace("±", r"\pm")
-            mark = marks.get((row, metric))
-            text = rf"\mathbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text
-            cells.append(f"${text}$")
-        modality = "$" + summary.at[row, "modality"].replace("+", " + ") + "$"
-        name = model.replace("&", r"\&") if model != previous else ""
-        lines.append(f"{name} & {modality} & " + " & ".join(cells) + r" \\")
-        previous = model
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    if caption:
-        lines.append(rf"\caption{{{caption}}}")
-    lines.append(r"\end{table}")
-    return "\n".join(lines)
+
+    def cell(text: str, mark: str | None) -> str:
+        text = text.replace("±", r"\pm")
+        return "$" + (rf"\mathbf{{{text}}}" if mark == "best" else rf"\underline{{{text}}}" if mark == "second" else text) + "$"
+
+    shown = _display(summary, metrics, scale, decimals, cell=cell, header=lambda m: f"{LATEX_SYMBOLS[m]} ({arrows[m]})",
+                     model_name=lambda m: m.replace("&", r"\&"),
+                     modality_name=lambda m: "$" + m.replace("+", " + ") + "$")
+    return shown.drop(columns="runs").style.hide(axis="index").to_latex(
+        column_format="ll" + "c" * len(metrics), hrules=True, position="t", position_float="centering",
+        caption=caption or None).rstrip("\n")
 
 
 def write_tables(summary: pd.DataFrame, out_stem: Path, metrics: tuple[str, ...] = METRIC_NAMES,
