@@ -6,12 +6,36 @@ plain `pip install`.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import hydra
 from omegaconf import DictConfig
 
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
 
 CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def run_setup(cfg: DictConfig) -> Iterator[None]:
+    """What every entry point does around its work: torch's CPU threads from the cores available now
+    (`threads=N` or OMP_NUM_THREADS override), third-party log noise off unless `verbose=true`, each
+    data warning logged once, and their count at the end."""
+    from empathic_fusion.utils.run_output import data_warning_summary, reset_data_warnings, set_verbosity
+    from empathic_fusion.utils.threads import configure_threads
+
+    set_verbosity(bool(cfg.get("verbose", False)))
+    configure_threads(cfg.get("threads"))
+    reset_data_warnings()
+    try:
+        yield
+    finally:
+        summary = data_warning_summary()
+        if summary:
+            log.warning(summary)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -22,7 +46,8 @@ def train(cfg: DictConfig) -> float | None:
     from empathic_fusion.pipeline import train as train_run
     from empathic_fusion.utils.multirun import run_job
 
-    return run_job(train_run, cfg)
+    with run_setup(cfg):
+        return run_job(train_run, cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
@@ -30,7 +55,8 @@ def evaluate(cfg: DictConfig) -> None:
     """Evaluate a checkpoint (`ckpt_path=`), a sweep (`sweep_dir=`) or an LLM judge (conf/evaluate.yaml)."""
     from empathic_fusion.pipeline import evaluate as evaluate_run
 
-    evaluate_run(cfg)
+    with run_setup(cfg):
+        evaluate_run(cfg)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="extract")
@@ -39,7 +65,8 @@ def extract(cfg: DictConfig) -> None:
     failed (listed in the store's failure report)."""
     from empathic_fusion.features.command import run_extraction
 
-    report = run_extraction(cfg)
+    with run_setup(cfg):
+        report = run_extraction(cfg)
     if report.failures:
         raise SystemExit(1)
 
@@ -51,6 +78,11 @@ def serve(cfg: DictConfig) -> None:
     from empathic_fusion.app.text import load_text_scorer
     from empathic_fusion.app.ui import build_app, launch
 
+    from empathic_fusion.utils.run_output import set_verbosity
+    from empathic_fusion.utils.threads import configure_threads
+
+    set_verbosity(bool(cfg.get("verbose", False)))
+    configure_threads(cfg.get("threads"))
     text = load_text_scorer(cfg.text_ckpt_path) if cfg.text_ckpt_path else None
     clip = ClipScorer(cfg.ckpt_path, cfg.max_upload_mb) if cfg.ckpt_path else None
     print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")

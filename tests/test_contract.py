@@ -119,3 +119,49 @@ def test_transcript_times_must_be_finite_numbers(dataset_copy, column, value, ex
 def test_ratings_must_be_finite_numbers_on_the_scale(dataset_copy, value, expected):
     _edit(dataset_copy, "ratings.csv", lambda t: t.loc.__setitem__((0, "empathy"), value))
     assert f"ratings.csv, line 2, field 'empathy': {expected}" in _problems(dataset_copy)
+
+
+def _sessions(root) -> pd.DataFrame:
+    return pd.read_csv(root / "sessions.csv", dtype=str, keep_default_na=False)
+
+
+def test_audio_only_session_loads_for_modalities_without_video(dataset_copy):
+    sid = _sessions(dataset_copy).session_id[1]
+    _edit(dataset_copy, "sessions.csv", lambda t: t.loc.__setitem__((1, "video"), ""))
+    data = load_dataset(dataset_copy, ["audio", "text"])
+    assert data.sessions.video[sid] is None and data.sessions.audio[sid].is_file()
+    assert load_dataset(dataset_copy, ["text"]).sessions.video[sid] is None
+    with pytest.raises(DatasetError, match=r"sessions.csv, line 3, field 'video': is empty \(the video modality reads "
+                                           r"it; a session with only an audio file works with modality a\+t, a or t\)"):
+        load_dataset(dataset_copy, ["video", "text"])
+
+
+def test_one_recording_in_two_participants_sessions_is_an_error_naming_both(dataset_copy):
+    sessions = _sessions(dataset_copy)
+    copy = dataset_copy / "media" / "copied.avi"  # another name, the same bytes
+    copy.write_bytes((dataset_copy / sessions.video[0]).read_bytes())
+    _edit(dataset_copy, "sessions.csv", lambda t: (t.loc.__setitem__((3, "video"), sessions.video[0]),
+                                                    t.loc.__setitem__((5, "video"), "media/copied.avi")))
+    message = _problems(dataset_copy)
+    for line, session, participant in ((5, sessions.session_id[3], sessions.participant_id[3]),
+                                       (7, sessions.session_id[5], sessions.participant_id[5])):
+        assert (f"sessions.csv, line {line}, field 'video': '{sessions.video[0] if line == 5 else 'media/copied.avi'}' "
+                f"is the same recording (sha256 ") in message
+        assert (f"as line 2's video: sessions '{sessions.session_id[0]}' (participant '{sessions.participant_id[0]}') "
+                f"and '{session}' (participant '{participant}') share one recording") in message
+    assert "data.allow_shared_media=true" in message
+    assert load_dataset(dataset_copy, ["text"]).warnings == []  # text alone reads no media: nothing leaks
+    allowed = load_dataset(dataset_copy, allow_shared_media=True)
+    assert sum("share one recording" in w and "(data.allow_shared_media=true)" in w for w in allowed.warnings) == 2
+
+
+def test_one_recording_in_two_sessions_of_one_participant_is_a_warning(dataset_copy):
+    sessions = _sessions(dataset_copy)
+    _edit(dataset_copy, "sessions.csv", lambda t: (t.loc.__setitem__((4, "audio"), sessions.audio[0]),
+                                                    t.loc.__setitem__((4, "participant_id"), sessions.participant_id[0])))
+    data = load_dataset(dataset_copy)
+    assert [w for w in data.warnings if "share one recording" in w] == [
+        f"sessions.csv, line 6, field 'audio': '{sessions.audio[0]}' is the same recording (sha256 "
+        f"{__import__('hashlib').sha256((dataset_copy / sessions.audio[0]).read_bytes()).hexdigest()[:12]}) as line "
+        f"2's audio: sessions '{sessions.session_id[0]}' and '{sessions.session_id[4]}' of participant "
+        f"'{sessions.participant_id[0]}' share one recording"]

@@ -59,3 +59,24 @@ def test_participant_without_sessions_takes_no_place_in_the_split(dataset_copy, 
 def test_an_empty_split_stops_before_training_and_says_what_to_change(tiny_dataset, store_copy):
     with pytest.raises(ValueError, match=r"the test split has no story_share windows.*data.split_fractions"):
         _datamodule(tiny_dataset, store_copy, ("text",), split_fractions=(0.8, 0.2, 0.0))
+
+
+def test_audio_only_session_trains_with_audio_and_text(dataset_copy, store_copy):
+    import shutil
+
+    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.dataset import DatasetError
+
+    sessions = pd.read_csv(dataset_copy / "sessions.csv", dtype=str, keep_default_na=False)
+    sid = sessions.session_id[0]
+    sessions.loc[0, "video"] = ""
+    sessions.to_csv(dataset_copy / "sessions.csv", index=False)
+    shutil.rmtree(store_copy / "sessions" / sid / "audio")  # extracted again from the audio file alone
+    dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["audio", "text"], FEATURES_CFG, batch_size=8,
+                           extract_workers=1)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert (dm.windows.session_id == sid).any() and (sid, "audio") not in dm.missing
+    assert not any(sid in w for w in dm.warnings)
+    with pytest.raises(DatasetError, match="sessions.csv, line 2, field 'video': is empty"):
+        _datamodule(dataset_copy, store_copy, ("video", "text"))

@@ -91,3 +91,29 @@ def test_session_without_a_face_is_masked_and_reported(dataset_copy, store_copy)
     assert store.load(sid, "face", "mask").sum() == 0
     assert not np.any(np.array(store.load(sid, "face", "features")))
     assert any(sid in w and "no face found" in w for w in report.warnings)
+
+
+def test_data_warnings_are_stored_and_repeated_once_on_every_run_that_reads_them(dataset_copy, store_copy, caplog):
+    import logging
+
+    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.utils.run_output import data_warning_summary, reset_data_warnings
+
+    sid = _first_session(dataset_copy)
+    write_face_video(dataset_copy / f"media/{sid}.avi", {"face_visible": np.zeros(60)}, fps=15)  # 4 s, no face
+    report = _extract(dataset_copy, store_copy, ("video",))
+    no_face = next(w for w in report.warnings if "no face found" in w)
+    stored = FeatureStore(store_copy).entry(sid, "face")["warnings"]
+    assert [f"session '{sid}' face: {note}" for note in stored] == [no_face]
+    for run in range(2):  # a later run, which extracts nothing, says the same, once
+        reset_data_warnings()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="empathic_fusion.data"):
+            dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["video", "audio", "text"], FEATURES_CFG,
+                                   batch_size=8, extract_workers=1)
+            dm.prepare_data()
+            dm.setup("fit")
+        logged = [r.getMessage() for r in caplog.records if r.name == "empathic_fusion.data"]
+        assert logged.count(no_face) == 1
+        assert sum(f"session '{sid}': video has 60 frames (4.0 s) but audio" in m for m in logged) == 1
+        assert len(logged) == len(set(logged)) and data_warning_summary().startswith(f"{len(logged)} data warning(s)")

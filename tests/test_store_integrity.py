@@ -77,11 +77,12 @@ def test_truncated_array_is_named_on_load_and_redone_alone(dataset_copy, store_c
 def test_nan_written_in_place_is_found_by_verify_and_named_by_training(dataset_copy, store_copy):
     sid = _session(dataset_copy, 2)
     path = store_copy / "sessions" / sid / "audio" / "features.npy"
-    original = path.read_bytes()
+    original, written = path.read_bytes(), path.stat()
     array = np.load(path, mmap_mode="r+")
     array[5:40] = np.nan  # same size, valid header: only the contents changed
     array.flush()
     del array
+    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))  # damage that keeps size and mtime
     dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["audio"], FEATURES_CFG, batch_size=8, extract_workers=1)
     with pytest.raises(StoreIntegrityError, match=f"session '{sid}', branch 'audio'.*NaN"):
         dm.setup("fit")
@@ -93,6 +94,35 @@ def test_nan_written_in_place_is_found_by_verify_and_named_by_training(dataset_c
     assert report.extracted == [(sid, "audio")]
     assert "NaN" in " ".join(report.damaged[0]["problems"]) or "sha256" in " ".join(report.damaged[0]["problems"])
     assert path.read_bytes() == original
+
+
+def test_finite_garbage_written_in_place_is_found_before_use_and_redone(dataset_copy, store_copy):
+    sid = _session(dataset_copy, 3)
+    path = store_copy / "sessions" / sid / "face" / "features.npy"
+    original = path.read_bytes()
+    array = np.load(path, mmap_mode="r+")
+    array[:] = np.float16(0.5)  # finite, same size and header: only the modification time tells
+    array.flush()
+    del array
+    with pytest.raises(StoreIntegrityError, match=f"{path}.*session '{sid}', branch 'face'.*modified since it was"):
+        FeatureStore(store_copy).load(sid, "face", "features")
+    dm = _datamodule(dataset_copy, store_copy, ("video", "text"))
+    assert (sid, "video") in dm.missing
+    assert any(f"session '{sid}', branch 'face': damaged" in w and "sha256 differs" in w for w in dm.warnings)
+    report = _extract(dataset_copy, store_copy, ("video",))
+    assert report.extracted == [(sid, "face")] and path.read_bytes() == original
+
+
+def test_a_touched_intact_array_is_rehashed_once_then_its_time_recorded(dataset_copy, store_copy):
+    sid = _session(dataset_copy, 4)
+    path = store_copy / "sessions" / sid / "audio" / "mask.npy"
+    recorded = FeatureStore(store_copy).entry(sid, "audio")["arrays"]["mask"]["mtime_ns"]
+    os.utime(path, ns=(recorded, recorded + 5 * 10**9))  # e.g. a copy that did not keep times
+    store = FeatureStore(store_copy)
+    assert store.load(sid, "audio", "mask").shape  # same contents: used
+    report = _extract(dataset_copy, store_copy, ("audio",))
+    assert report.extracted == [] and not report.damaged
+    assert FeatureStore(store_copy).entry(sid, "audio")["arrays"]["mask"]["mtime_ns"] == recorded + 5 * 10**9
 
 
 def test_non_finite_values_never_enter_the_store(tmp_path):
@@ -110,11 +140,15 @@ def test_manifest_records_size_and_hash_and_verify_checks_them(tmp_path):
     record = store.entry("s1", "face")["arrays"]["features"]
     path = store.branch_dir("s1", "face") / "features.npy"
     assert record["bytes"] == path.stat().st_size and len(record["sha256"]) == 64
+    assert record["mtime_ns"] == path.stat().st_mtime_ns
     raw = bytearray(path.read_bytes())
     raw[-2:] = b"\x00\x3c"  # overwrite the last value in place
     path.write_bytes(bytes(raw))
+    os.utime(path, ns=(record["mtime_ns"], record["mtime_ns"]))  # keeps size and mtime: only verify sees it
     assert store.check_branch("s1", "face") == [] and store.is_fresh("s1", "face", {"v": 1})
     assert "sha256" in store.check_branch("s1", "face", deep=True)[0]
+    os.utime(path, ns=(record["mtime_ns"], record["mtime_ns"] + 10**9))  # a later write: the mtime moved
+    assert "modified since it was written; sha256 differs" in store.check_branch("s1", "face")[0]
     path.unlink()
     with pytest.raises(StoreIntegrityError, match="is missing"):
         store.load("s1", "face", "features")

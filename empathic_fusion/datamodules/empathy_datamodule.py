@@ -26,10 +26,11 @@ from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDatase
 from empathic_fusion.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from empathic_fusion.datamodules.windows import build_windows
 from empathic_fusion.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width, modality_branches, with_defaults
-from empathic_fusion.features.extract import extract_features
+from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
 from empathic_fusion.features.speech import speech_mask
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash
+from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
 STALE_POLICIES = ("mask", "error")
@@ -42,7 +43,8 @@ class EmpathyDataModule(L.LightningDataModule):
                  split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
                  extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
-                 on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0):
+                 on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0,
+                 allow_shared_media: bool = False):
         super().__init__()
         unknown = set(modalities) - set(MODALITIES)
         if not modalities or unknown:
@@ -73,6 +75,7 @@ class EmpathyDataModule(L.LightningDataModule):
             raise ValueError(f"data.loader must be batched or reference, got '{loader}'")
         self.loader = loader
         self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
+        self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
         self.datasets: dict[str, WindowBatches | WindowDataset] = {}
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
@@ -86,12 +89,14 @@ class EmpathyDataModule(L.LightningDataModule):
             from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
             generate_demo(self.dataset_dir, DemoConfig(**self.demo), workers=self.extract_workers)
-        dataset = load_dataset(self.dataset_dir, self.modalities)
+        store = FeatureStore(self.store_dir)
+        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash)
         for warning in dataset.warnings:
-            log.warning(warning)
-        report = extract_features(dataset, FeatureStore(self.store_dir), self.modalities, self.features,
-                                  workers=self.extract_workers)
+            warn_data(warning)
+        report = extract_features(dataset, store, self.modalities, self.features, workers=self.extract_workers)
         log.info(report.summary())
+        for warning in report.warnings:
+            warn_data(warning)
         self._prepared = True
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -132,6 +137,8 @@ class EmpathyDataModule(L.LightningDataModule):
                     self.unused_branches.add((sid, branch))
                 if not found:
                     missing.add((sid, modality))
+            used = [b for m in self.modalities for b in self.branches[m] if (sid, m, b) not in missing]
+            self.warnings += stored_warnings(store, sid, used)  # found at extraction, repeated on every run
             if lengths:
                 media = [n for is_media, n in lengths if is_media]
                 frames[sid] = max(media) if media else max(n for _, n in lengths)
@@ -197,9 +204,9 @@ class EmpathyDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:
             return
-        dataset = load_dataset(self.dataset_dir, self.modalities)
-        self.warnings = list(dataset.warnings)
         store = FeatureStore(self.store_dir)
+        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash)
+        self.warnings = list(dataset.warnings)
         stories = store.entry(DATASET_KEY, "stories")
         if stories is None:
             raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
@@ -259,7 +266,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
                                                  excluded=self.unused_branches)
         for warning in self.warnings:
-            log.warning(warning)
+            warn_data(warning)  # once per run, also when prepare_data's extraction found it
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
 
     def _branch_dim(self, store: FeatureStore, branch: str, session_frames: dict[str, int]) -> int:

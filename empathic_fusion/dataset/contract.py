@@ -7,7 +7,9 @@ warnings: the session is excluded from windows and the warning says so.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,11 +174,12 @@ def _load_participants(root: Path, problems: list[Problem]) -> pd.DataFrame:
     return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS)]
 
 
-def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem],
-                   modalities: tuple[str, ...] = ("video", "audio", "text")) -> pd.DataFrame:
+def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem], warnings: list[str],
+                   modalities: tuple[str, ...] = ("video", "audio", "text"), allow_shared_media: bool = False,
+                   file_hash: Callable[[Path], str] | None = None) -> pd.DataFrame:
     """Sessions with their media paths; a media file is required only where a selected modality reads it:
     the video for video (and for audio when a session has no audio file: its own track is read), the
-    audio file for audio."""
+    audio file for audio. The media read are checked for one recording named by two sessions."""
     rel = "sessions.csv"
     table = _read_table(root / rel, ("session_id", "participant_id", "video"), problems, rel)
     if table is None:
@@ -192,9 +195,10 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
         video = root / row.video if row.video.strip() else None
         audio = root / row.audio if row.audio.strip() else None
         video_for = [m for m in ("video", "audio") if m in modalities and (m == "video" or audio is None)]
-        if video is None:
-            problems.append(Problem(rel, _line(i), "video", "is empty"))
-        elif not video.is_file() and video_for:
+        if video is None and video_for:  # an audio-only session works for modalities that do not read video
+            problems.append(Problem(rel, _line(i), "video", f"is empty (the {' and '.join(video_for)} modality reads "
+                                    f"it; a session with only an audio file works with modality a+t, a or t)"))
+        elif video is not None and not video.is_file() and video_for:
             problems.append(Problem(rel, _line(i), "video", f"file '{row.video}' does not exist (the "
                                     f"{' and '.join(video_for)} modality reads it)"))
         if audio is not None and not audio.is_file() and "audio" in modalities:
@@ -203,7 +207,61 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
         videos.append(video)
         audios.append(audio)
     table["video"], table["audio"] = videos, audios
+    read = [m for m in ("video", "audio") if m in modalities]
+    media = [(_line(i), name, row[name], row.session_id, row.participant_id) for i, row in table.iterrows()
+             for name in ("video", "audio")
+             if row[name] is not None and row[name].is_file()
+             and (name == "audio" and "audio" in read or name == "video" and ("video" in read or
+                                                                                 "audio" in read and row.audio is None))]
+    _shared_media(media, rel, root, allow_shared_media, file_hash or _sha256, problems, warnings)
     return table.drop_duplicates("session_id").set_index("session_id")[["participant_id", "video", "audio"]]
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _shared_media(media: list[tuple[int, str, Path, str, str]], rel: str, root: Path, allow_shared: bool,
+                  file_hash: Callable[[Path], str], problems: list[Problem], warnings: list[str]) -> None:
+    """One recording (same bytes) named by two sessions: an error across participants (it would put one
+    recording into two participants' splits) unless allowed, a warning within one participant.
+
+    `media` holds (line, field, path, session, participant). Only files of equal size are hashed, so a
+    dataset whose recordings all differ in size is not read at all; `file_hash` may be a cached hasher
+    (the feature store's)."""
+    by_size: dict[int, list] = {}
+    for item in media:
+        by_size.setdefault(item[2].stat().st_size, []).append(item)
+    digests: dict[Path, str] = {}
+    first: dict[str, tuple[int, str, Path, str, str]] = {}
+    for group in by_size.values():
+        if len({item[3] for item in group}) < 2:
+            continue  # files of one session only
+        for item in group:
+            line, name, path, session, participant = item
+            resolved = path.resolve()
+            if resolved not in digests:
+                digests[resolved] = file_hash(resolved)
+            seen = first.setdefault(digests[resolved], item)
+            if seen[3] == session:
+                continue
+            what = (f"'{path.relative_to(root) if path.is_relative_to(root) else path}' is the same recording "
+                    f"(sha256 {digests[resolved][:12]}) as line {seen[0]}'s {seen[1]}")
+            if seen[4] != participant:
+                message = (f"{what}: sessions '{seen[3]}' (participant '{seen[4]}') and '{session}' (participant "
+                           f"'{participant}') share one recording, so it would be in two participants' splits")
+                if allow_shared:
+                    warnings.append(f"{rel}, line {line}, field '{name}': {message} (data.allow_shared_media=true)")
+                else:
+                    problems.append(Problem(rel, line, name, f"{message}; correct {rel}, or set "
+                                                             f"data.allow_shared_media=true if they really share it"))
+            else:
+                warnings.append(f"{rel}, line {line}, field '{name}': {what}: sessions '{seen[3]}' and '{session}' of "
+                                f"participant '{participant}' share one recording")
 
 
 def _load_stories(root: Path, problems: list[Problem]) -> pd.DataFrame:
@@ -268,9 +326,12 @@ def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, pro
     return table[["session_id", "story_id", "empathy", "participant_id"]]
 
 
-def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | None = None) -> EmpathyDataset:
+def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | None = None,
+                 allow_shared_media: bool = False, file_hash: Callable[[Path], str] | None = None) -> EmpathyDataset:
     """Read and validate the dataset at root; raise DatasetError listing every problem found. With
-    `modalities`, media files are required only where those modalities read them (v+t never opens audio)."""
+    `modalities`, media files are required only where those modalities read them (v+t never opens audio).
+    A recording (same sha256) that sessions of two participants name is an error, or a warning with
+    `allow_shared_media`; `file_hash` lets a caller pass a cached hasher (FeatureStore.file_hash)."""
     root = Path(root).resolve()
     problems: list[Problem] = []
     meta_path = root / "dataset.yaml"
@@ -284,11 +345,12 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
         if problem:
             problems.append(Problem("dataset.yaml", _yaml_key_line(text, "fps"), "fps", problem))
     participants = _load_participants(root, problems)
-    sessions = _load_sessions(root, participants, problems,
-                              tuple(modalities) if modalities is not None else ("video", "audio", "text"))
+    warnings: list[str] = []
+    sessions = _load_sessions(root, participants, problems, warnings,
+                              tuple(modalities) if modalities is not None else ("video", "audio", "text"),
+                              allow_shared_media, file_hash)
     stories = _load_stories(root, problems)
     ratings = _load_ratings(root, sessions, stories, problems)
-    warnings: list[str] = []
     transcripts: dict[str, pd.DataFrame] = {}
     for session_id in sessions.index:
         rel = f"transcripts/{session_id}.csv"

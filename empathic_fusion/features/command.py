@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from empathic_fusion.features.branches import BRANCHES, branch_width, with_defaults
 from empathic_fusion.features.extract import ExtractionReport, extract_features, parse_shard
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
+from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +59,18 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
         from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
         generate_demo(Path(data["dataset_dir"]), DemoConfig(**data["demo"]), workers=int(cfg.workers))
-    dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.get("branches") else modalities)
-    for warning in dataset.warnings:
-        log.warning(warning)
     store = FeatureStore(data["store_dir"])
+    dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.get("branches") else modalities,
+                           bool(data.get("allow_shared_media", False)), store.file_hash)
+    for warning in dataset.warnings:
+        warn_data(warning)
     branches = list(cfg.branches) if cfg.get("branches") else None
     report = extract_features(dataset, store, modalities, features, workers=int(cfg.workers),
                               progress=bool(cfg.progress), shard=parse_shard(cfg.get("shard")), branches=branches,
                               verify=bool(cfg.get("verify", False)))
     shown = branches or [b for m in modalities for b in features["modalities"][m]]
+    for warning in report.warnings:
+        warn_data(warning)
     print(report.summary())
     print(f"\nfeature store {store.root}:")
     print(format_dims(branch_dims(store, shown), {m: features["modalities"][m] for m in modalities}))

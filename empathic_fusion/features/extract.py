@@ -33,6 +33,7 @@ from tqdm import tqdm
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES, with_defaults
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
+from empathic_fusion.utils.run_output import native_logs_filtered
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ class ExtractionReport:
         if self.face_frames:
             lines.append(f"  video: {self.face_frames} frames in {self.face_seconds:.1f} s "
                          f"({self.face_frames / max(self.face_seconds, 1e-9):.0f} frames/s)")
-        lines += [f"  warning: {w}" for w in self.warnings]
+        if self.warnings:  # the messages themselves are logged as WARNING by the caller (warn_data)
+            lines.append(f"  {len(self.warnings)} warning(s) about the data (stored with the branches)")
         lines += [f"  FAILED {f['session_id']}/{f['branch']}: {f['error']}" for f in self.failures]
         return "\n".join(lines)
 
@@ -179,6 +181,10 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
     """Worker: extract the media branches (face, cnn, audio) of one session; never raises."""
     from empathic_fusion.features.audio_smile import extract_audio
 
+    if job.get("threads"):
+        import torch
+
+        torch.set_num_threads(int(job["threads"]))  # a share of the run's threads per worker process
     results, failures, warnings = {}, [], []
     sid = job["session_id"]
 
@@ -195,8 +201,9 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
                 n_frames = probe_video(Path(job["video"])).frames_at(job["fps"]) or None
             except Exception:  # noqa: BLE001 - the CSV alone still gives the frames it covers
                 n_frames = None
-            results["face"] = import_openface(Path(job["openface_csv"]), job["fps"], n_frames,
-                                              job["face_cfg"]["openface_min_confidence"])
+            with native_logs_filtered():
+                results["face"] = import_openface(Path(job["openface_csv"]), job["fps"], n_frames,
+                                                  job["face_cfg"]["openface_min_confidence"])
         except Exception as error:  # noqa: BLE001 - every failure is reported, the others go on
             fail("face", error)
     video_branches = [b for b in ("face", "cnn") if b in branches and b not in results
@@ -210,9 +217,10 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
             cnn_cfg = {k: job["cnn_cfg"][k] for k in ("model", "weights_path", "crop", "frame_stride", "batch_size",
                                                        "device", "half")}
         try:
-            results.update(extract_video(Path(job["video"]), job["fps"],
-                                         face_cfg=tracker if "face" in video_branches else None,
-                                         cnn_cfg=cnn_cfg))
+            with native_logs_filtered():  # MediaPipe/TFLite write C++ log lines straight to stderr
+                results.update(extract_video(Path(job["video"]), job["fps"],
+                                             face_cfg=tracker if "face" in video_branches else None,
+                                             cnn_cfg=cnn_cfg))
         except Exception as error:  # noqa: BLE001
             for branch in video_branches:
                 fail(branch, error)
@@ -221,11 +229,25 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
             results["audio"] = extract_audio(Path(job["audio"]), job["fps"], job["audio_cfg"]["feature_set"])
         except Exception as error:  # noqa: BLE001
             fail("audio", error)
-    packed = {}
-    for branch, (arrays, info, notes) in results.items():
-        packed[branch] = (arrays, info)
-        warnings += [f"session '{sid}' {branch}: {n}" for n in notes]
-    return {"session_id": sid, "results": packed, "failures": failures, "warnings": warnings}
+    return {"session_id": sid, "results": results, "failures": failures}
+
+
+def stored_warnings(store: FeatureStore, sid: str, branches: list[str]) -> list[str]:
+    """The warnings about a session's data that extraction stored with the given branches (and the
+    video/audio length difference when both kinds are among them), worded as extraction logged them."""
+    notes = []
+    for branch in branches:
+        entry = store.entry(sid, branch) or {}
+        notes += [_session_note(sid, branch, note) for note in entry.get("warnings", [])]
+    if any(b in branches for b in ("face", "cnn")) and "audio" in branches:
+        length = _length_warning(store, sid)
+        if length:
+            notes.append(length)
+    return notes
+
+
+def _session_note(sid: str, branch: str, note: str) -> str:
+    return f"session '{sid}' {branch}: {note}"
 
 
 def _length_warning(store: FeatureStore, sid: str) -> str | None:
@@ -295,8 +317,9 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
             if not _up_to_date(store, session_id, branch, signature, verify, report):
                 todo[branch] = signature
         if "text" in todo:
-            arrays, info, _ = extract_text(dataset.transcripts[session_id], fps, text_encoder(), list(text_cfg["speakers"]))
-            _write(store, report, session_id, "text", arrays, todo.pop("text"), info)
+            arrays, info, notes = extract_text(dataset.transcripts[session_id], fps, text_encoder(),
+                                               list(text_cfg["speakers"]))
+            _write(store, report, session_id, "text", arrays, todo.pop("text"), info, notes)
         if "glove" in todo:
             glove_todo.append((session_id, todo.pop("glove")))
         if todo:  # what is left are the media branches, run in worker processes
@@ -335,19 +358,22 @@ def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, v
     if problems:
         report.damaged.append({"session_id": owner, "branch": branch, "problems": problems})
         return False
+    store.record_times(owner, branch)  # files re-hashed intact after their mtime changed: no re-hash next time
     report.up_to_date.append((owner, branch))
     return True
 
 
 def _write(store: FeatureStore, report: ExtractionReport, owner: str, branch: str, arrays: dict, signature: dict,
-           info: dict) -> bool:
-    """Store one finished branch; an output the store refuses (NaN/Inf) becomes a recorded failure."""
+           info: dict, notes: list[str] | tuple[str, ...] = ()) -> bool:
+    """Store one finished branch, with the extractor's warnings about its data in the manifest (later runs
+    that read the branch repeat them); an output the store refuses (NaN/Inf) becomes a recorded failure."""
     try:
-        store.write_branch(owner, branch, arrays, signature, info)
+        store.write_branch(owner, branch, arrays, signature, {**info, **({"warnings": list(notes)} if notes else {})})
     except StoreIntegrityError as error:
         report.failures.append({"session_id": owner, "branch": branch, "error": str(error)})
         return False
     report.extracted.append((owner, branch))
+    report.warnings += [_session_note(owner, branch, n) for n in notes]
     return True
 
 
@@ -368,8 +394,7 @@ def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tupl
         return
     for session_id, signature in todo:
         arrays, info, notes = extract_glove(dataset.transcripts[session_id], fps, index, vectors, speakers, lowercase)
-        if _write(store, report, session_id, "glove", arrays, signature, info):
-            report.warnings += [f"session '{session_id}' glove: {n}" for n in notes]
+        _write(store, report, session_id, "glove", arrays, signature, info, notes)
 
 
 def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool,
@@ -379,7 +404,12 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
     work = [{k: v for k, v in j.items() if k != "signatures"} for j in jobs]
     signatures = {j["session_id"]: j["signatures"] for j in jobs}
     if workers > 1 and len(jobs) > 1:
-        pool = get_context("spawn").Pool(min(workers, len(jobs)))
+        import torch
+
+        processes = min(workers, len(jobs))
+        for job in work:  # the run's threads shared out: torch's default in each would oversubscribe the cores
+            job["threads"] = max(1, torch.get_num_threads() // processes)
+        pool = get_context("spawn").Pool(processes)
         results = pool.imap_unordered(_media_job, work)
     else:
         pool, results = None, map(_media_job, work)
@@ -390,13 +420,12 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
             for branch in MEDIA_BRANCHES:
                 if branch not in result["results"]:
                     continue
-                arrays, info = result["results"][branch]
-                written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info)
+                arrays, info, notes = result["results"][branch]
+                written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info, notes)
                 if written and BRANCHES[branch].modality == "video" and not counted:
                     report.face_frames += int(info["n_frames"])
                     counted = True
             report.failures += result["failures"]
-            report.warnings += result["warnings"]
             elapsed = time.perf_counter() - started
             bar.set_postfix_str(f"{report.face_frames / max(elapsed, 1e-9):.0f} frames/s")
             bar.update(1)

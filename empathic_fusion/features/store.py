@@ -10,10 +10,12 @@ atomically after it, so a killed extraction never leaves a half-written branch t
 A branch is up to date when its signature (extractor, version, config, input-file hashes) equals
 the one in the manifest and its files pass the integrity check.
 
-Integrity: the manifest records each array's shape, dtype, file size and sha256 at write time.
-`load` checks what is cheap every time (the file exists, its size, its header's shape and dtype);
-`check_branch(..., deep=True)` (`extract.py verify=true`) also re-hashes the bytes and looks for
-NaN/Inf. Non-finite values never enter the store: `write_branch` rejects them. Folders and files are
+Integrity: the manifest records each array's shape, dtype, file size, modification time and sha256
+at write time. `load` checks what is cheap every time (the file exists, its size, its header's shape
+and dtype) and re-hashes a file whose modification time differs from the record (once per process), so
+bytes overwritten in place are found before use; `check_branch(..., deep=True)` (`extract.py
+verify=true`) re-hashes every file and looks for NaN/Inf, which also finds damage that kept both size
+and modification time. Non-finite values never enter the store: `write_branch` rejects them. Folders and files are
 created with the process umask (a lab's shared store stays readable to colleagues).
 """
 from __future__ import annotations
@@ -70,6 +72,7 @@ class FeatureStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self._manifests: dict[str, tuple[tuple[int, int, int], dict]] = {}
+        self._rehashed: dict[Path, tuple[int, int]] = {}  # files whose changed mtime was re-hashed: (size, mtime_ns)
         self._hash_cache_path = self.root / "file_hashes.json"
         self._hash_cache: dict[str, dict] = (
             json.loads(self._hash_cache_path.read_text()) if self._hash_cache_path.exists() else {}
@@ -147,10 +150,41 @@ class FeatureStore:
         problems = []
         for name, expected in entry["arrays"].items():
             path = self.branch_dir(owner, branch) / f"{name}.npy"
-            problem = _file_problem(path, expected, deep)
+            problem = self._file_problem(path, expected, deep)
             if problem:
                 problems.append(f"{path}: {problem}")
         return problems
+
+    def _file_problem(self, path: Path, expected: dict | None, deep: bool) -> str | None:
+        """_file_problem, plus: a file whose modification time differs from its record is re-hashed (once
+        per process while it stays so), so in-place damage of the same size is found before use."""
+        problem = _file_problem(path, expected, deep)
+        if problem or deep or not expected or "mtime_ns" not in expected or "sha256" not in expected:
+            return problem
+        stat = path.stat()
+        if stat.st_mtime_ns == expected["mtime_ns"] or self._rehashed.get(path) == (stat.st_size, stat.st_mtime_ns):
+            return None
+        if _sha256(path) != expected["sha256"]:
+            return "has other contents than were written (modified since it was written; sha256 differs)"
+        self._rehashed[path] = (stat.st_size, stat.st_mtime_ns)
+        return None
+
+    def record_times(self, owner: str, branch: str) -> None:
+        """Record the current modification times of a branch whose files were re-hashed and found intact
+        (a store copied without keeping times), so later opens need no re-hash. Extraction calls this;
+        the files must have passed check_branch first."""
+        manifest = dict(self.manifest(owner))
+        entry = manifest.get(branch)
+        if entry is None:
+            return
+        arrays = {name: {**record, "mtime_ns": (self.branch_dir(owner, branch) / f"{name}.npy").stat().st_mtime_ns}
+                  for name, record in entry["arrays"].items()}
+        if arrays == entry["arrays"] or any("sha256" not in record for record in arrays.values()):
+            return
+        manifest[branch] = {**entry, "arrays": arrays}
+        manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)
+        _atomic_write_text(self.owner_dir(owner) / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        self._manifests.pop(owner, None)
 
     def is_fresh(self, owner: str, branch: str, signature: dict, deep: bool = False) -> bool:
         """Up to date: recorded with this signature and its files pass the (cheap or deep) check."""
@@ -181,9 +215,9 @@ class FeatureStore:
                     np.save(handle, array)
                     handle.flush()
                     os.fsync(handle.fileno())
-                records[name] = {"shape": list(array.shape), "dtype": str(array.dtype),
-                                 "bytes": (tmp / f"{name}.npy").stat().st_size,
-                                 "sha256": _sha256(tmp / f"{name}.npy")}
+                stat = (tmp / f"{name}.npy").stat()  # a rename keeps size and mtime
+                records[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": stat.st_size,
+                                 "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(tmp / f"{name}.npy")}
             final = self.branch_dir(owner, branch)
             if final.exists():
                 old = owner_dir / f".{branch}.old-{os.getpid()}"
@@ -207,7 +241,7 @@ class FeatureStore:
         integrity check against the manifest; StoreIntegrityError names the file and the fix."""
         path = self.branch_dir(owner, branch) / f"{name}.npy"
         expected = (self.manifest(owner).get(branch) or {}).get("arrays", {}).get(name)
-        problem = _file_problem(path, expected, deep=False) if expected else None
+        problem = self._file_problem(path, expected, deep=False) if expected else None
         if problem is None:
             try:
                 return np.load(path, mmap_mode="r" if mmap else None)

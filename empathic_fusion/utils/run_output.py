@@ -1,0 +1,83 @@
+"""What a run prints: data warnings once each with a count at the end, no third-party log noise.
+
+Data warnings (a session whose video and audio differ in length, a masked branch, ...) go through
+`warn_data`: each distinct message is logged once per run at WARNING, however many steps meet it, and
+`data_warning_summary` counts them for the end of the run. Third-party noise (MediaPipe's and TFLite's
+C++ log lines, Lightning's banners and tips) is silenced unless the run sets `verbose=true`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger("empathic_fusion.data")
+VERBOSE_ENV = "EMPATHIC_FUSION_VERBOSE"  # read by worker processes, which do not see the run's config
+THIRD_PARTY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "absl")
+# glog/absl lines (I0000/W0000 00:00:... file.cc:123]) and TFLite's banners; E and F lines are kept
+NATIVE_NOISE = re.compile(r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\]|INFO: Created TensorFlow Lite"
+                          r"|WARNING: All log messages before absl::InitializeLog)")
+
+_seen: dict[str, None] = {}
+
+
+def reset_data_warnings() -> None:
+    """Start a run: every data warning will be logged again once."""
+    _seen.clear()
+
+
+def warn_data(message: str) -> None:
+    """Log a warning about the data at WARNING, once per run."""
+    if message not in _seen:
+        _seen[message] = None
+        log.warning(message)
+
+
+def data_warning_summary() -> str | None:
+    """'N data warning(s) in this run (above)' or None when there were none."""
+    return f"{len(_seen)} data warning(s) in this run, listed above" if _seen else None
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "") == "1"
+
+
+def set_verbosity(show_third_party: bool) -> None:
+    """Silence (or restore) third-party logging for this process and the worker processes it starts."""
+    import lightning  # noqa: F401  (configures its loggers on import; set the level after that)
+
+    os.environ[VERBOSE_ENV] = "1" if show_third_party else "0"
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if show_third_party else logging.WARNING)
+    if show_third_party:
+        logging.getLogger("lightning.pytorch").setLevel(logging.INFO)
+
+
+@contextmanager
+def native_logs_filtered() -> Iterator[None]:
+    """Drop the info/warning lines that native libraries (MediaPipe, TFLite) write straight to file
+    descriptor 2 while the block runs; everything else written there is passed on when it ends. A no-op
+    with verbose output."""
+    if verbose():
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode(errors="replace").splitlines(keepends=True)
+                    if not NATIVE_NOISE.match(line)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()

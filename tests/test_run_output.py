@@ -1,0 +1,130 @@
+"""Run output: torch threads from the cores available, third-party noise filtered, one line per epoch
+when output is a file, data warnings once per run."""
+from __future__ import annotations
+
+import logging
+import os
+
+import lightning as L
+import pytest
+import torch
+
+from empathic_fusion.utils import threads as threads_module
+from empathic_fusion.utils.progress import EpochLines
+from empathic_fusion.utils.run_output import (THIRD_PARTY_LOGGERS, VERBOSE_ENV, data_warning_summary,
+                                              native_logs_filtered, reset_data_warnings, set_verbosity, warn_data)
+from empathic_fusion.utils.threads import available_cores, busy_cores, configure_threads
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads_and_log_levels(monkeypatch):
+    before = torch.get_num_threads()
+    levels = {name: logging.getLogger(name).level for name in THIRD_PARTY_LOGGERS}
+    monkeypatch.setenv(VERBOSE_ENV, os.environ.get(VERBOSE_ENV, "0"))  # restored after the test
+    yield
+    torch.set_num_threads(before)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_threads_setting_wins_then_omp_num_threads_then_free_cores(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert configure_threads(3) == 3 and torch.get_num_threads() == 3
+    assert configure_threads(None) == 1 and torch.get_num_threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5, 7})  # 4 of the machine's cores
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(threads_module, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(threads_module, "busy_cores", lambda cores, seconds=0.25: 1.2 if cores == [0, 2, 5, 7] else None)
+    assert configure_threads(None) == 3 and torch.get_num_threads() == 3  # 4 allowed, about 1 busy
+    monkeypatch.setattr(threads_module, "busy_cores", lambda cores, seconds=0.25: 4.0)  # a hog on every core
+    assert available_cores() == 1
+    monkeypatch.setattr(threads_module, "busy_cores", lambda cores, seconds=0.25: 0.0)
+    monkeypatch.setattr(threads_module, "cgroup_cpu_limit", lambda: 2)  # a container's quota of 2 CPUs
+    assert available_cores() == 2
+    for bad in (0, -2, True, "4"):
+        with pytest.raises(ValueError, match="must be a positive integer"):
+            configure_threads(bad)
+
+
+def test_busy_cores_reads_this_machines_cpu_times():
+    cores = sorted(os.sched_getaffinity(0))
+    busy = busy_cores(cores, 0.05)
+    assert busy is not None and -0.01 <= busy <= len(cores) + 0.01
+
+
+def test_cgroup_quota_is_read(tmp_path):
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    assert threads_module.cgroup_cpu_limit(tmp_path / "cpu.max") == 3
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert threads_module.cgroup_cpu_limit(tmp_path / "cpu.max") is None
+
+
+def test_native_log_lines_are_dropped_and_the_rest_kept(capfd):
+    set_verbosity(False)
+    with native_logs_filtered():
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
+                    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+                    b"W0000 00:00:1795490792.939019   16832 inference_feedback_manager.cc:114] Feedback manager\n"
+                    b"E0000 00:00:1795490792.939019   16832 calculator_graph.cc:9] a real error\n"
+                    b"something else\n")
+    err = capfd.readouterr().err
+    assert err == ("E0000 00:00:1795490792.939019   16832 calculator_graph.cc:9] a real error\nsomething else\n")
+    set_verbosity(True)  # verbose=true: everything passes
+    with native_logs_filtered():
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")
+    assert "TensorFlow Lite" in capfd.readouterr().err
+
+
+def test_lightning_banners_and_tips_are_silenced_unless_verbose(caplog):
+    set_verbosity(False)
+    with caplog.at_level(logging.INFO):
+        L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+    assert not [r for r in caplog.records if r.name.startswith("lightning")]
+    set_verbosity(True)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        L.Trainer(logger=False, enable_checkpointing=False, accelerator="cpu")
+    assert any("Tip" in r.getMessage() or "available" in r.getMessage() for r in caplog.records)
+
+
+class _Tiny(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, _):
+        loss = torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+        self.log("train/loss", loss, on_epoch=True, on_step=False)
+        return loss
+
+    def validation_step(self, batch, _):
+        self.log("val/loss", torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1]))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_one_line_per_epoch_when_output_is_not_a_terminal(capsys):
+    data = torch.utils.data.TensorDataset(torch.randn(16, 2), torch.randn(16, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, accelerator="cpu",
+                        enable_model_summary=False, callbacks=[EpochLines(interactive=False)])
+    trainer.fit(_Tiny(), loader, loader)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert [line.split()[1] for line in lines] == ["1/3", "2/3", "3/3"]
+    assert all("train/loss" in line and "val/loss" in line for line in lines)
+    assert trainer.progress_bar_callback.is_disabled
+
+
+def test_data_warnings_are_logged_once_per_run_and_counted(caplog):
+    reset_data_warnings()
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.data"):
+        for message in ("session 's1' face: 3 frames could not be decoded", "session 's2': no audio",
+                        "session 's1' face: 3 frames could not be decoded"):
+            warn_data(message)
+    assert [r.getMessage() for r in caplog.records] == ["session 's1' face: 3 frames could not be decoded",
+                                                        "session 's2': no audio"]
+    assert data_warning_summary() == "2 data warning(s) in this run, listed above"
+    reset_data_warnings()
+    assert data_warning_summary() is None
