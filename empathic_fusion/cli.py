@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import hydra
 from omegaconf import DictConfig
 
+import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
 
 CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from empathic_fusion.config import validate
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.evaluation.report import build_report, format_ci, predict_split
 from empathic_fusion.evaluation.report import settings as report_settings
@@ -22,7 +23,6 @@ from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.text.model import CHECKPOINT_KEY as TEXT_CHECKPOINT_KEY
 from empathic_fusion.text.pipeline import (build_text_datamodule, build_text_module, is_text_config, load_text_checkpoint,
                                report_text_test, robustness_report)
-from empathic_fusion.utils.config_checks import check_config
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     feature-store manifest hash; a W&B run is closed when the job ends, also when it fails.
     `extra_callbacks` are added to the configured ones (for programmatic use).
     """
-    check_config(cfg)
+    validate(cfg)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
@@ -183,7 +183,7 @@ def _container(node: Any) -> Any:
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate one checkpoint (`ckpt_path`) on the data it was trained on, or a sweep directory
     (`sweep_dir`) into paper tables; data.* overrides apply to a checkpoint's data."""
-    check_config(cfg)
+    validate(cfg)
     if sum(bool(cfg.get(k)) for k in ("ckpt_path", "sweep_dir", "judge")) != 1:
         raise ValueError("give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
                          "judge=llm_judge (with +data=<text data>)")

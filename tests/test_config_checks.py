@@ -1,13 +1,17 @@
-"""Settings a user can get wrong are refused when the run starts, naming key, value and allowed range."""
+"""Settings a user can get wrong are refused, naming key, value and what is allowed: a wrong type or an
+unknown key while Hydra composes the config, a value out of range or choices when the run starts."""
 from __future__ import annotations
 
+import inspect
 import re
 
 import pytest
+from hydra.errors import ConfigCompositionException
+from lightning.pytorch import Trainer
 
+from empathic_fusion.config import ConfigError, TrainerConfig, typed, validate
 from empathic_fusion.pipeline import evaluate, train
 from empathic_fusion.utils.compose import compose_config
-from empathic_fusion.utils.config_checks import ConfigError, check_config
 from tests.test_configs import COMBOS, TEXT_TABLE, _is_text
 
 
@@ -18,30 +22,79 @@ def test_every_shipped_config_passes_the_checks(override, tmp_path):
         extra = TEXT_TABLE + (["model=text_regressor"] if override.startswith("data=") else ["data=text_csv"])
         if override == "data=empathetic_exchanges" or override.startswith("experiment=text_empathetic_exchanges"):
             extra = ["model=text_regressor"] if override.startswith("data=") else []
-    check_config(compose_config([override] + extra, tmp_path))
+    validate(compose_config([override] + extra, tmp_path))
 
 
 @pytest.mark.parametrize("override,message", [
     ("trainer.max_epochs=-1", "trainer.max_epochs=-1: must be an integer >= 1"),
     ("data.window_frames=0", "data.window_frames=0: must be an integer >= 1"),
-    ("data.stride_seconds=0", "data.stride_seconds=0: must be a number > 0"),
+    ("data.stride_seconds=0", "data.stride_seconds=0.0: must be a number > 0"),
     ("data.split_fractions=[0.5,0.5,0.5]", "data.split_fractions=[0.5, 0.5, 0.5]: must be three non-negative"),
     ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
     ("model.threshold_rating=7", "model.threshold_rating=7: must be a rating within the scale 1-5"),
+    ("evaluation.threshold_rating=7", "evaluation.threshold_rating=7.0: must be a rating within the scale 1-5"),
     ("evaluation.threshold=best", "evaluation.threshold=best: must be fixed or validation"),
     ("evaluation.confidence=1.5", "evaluation.confidence=1.5: must be a number strictly between 0 and 1"),
     ("data.cv_folds=1", "data.cv_folds=1: must be 0 (no cross-validation) or an integer >= 2"),
+    ("data.scenario=story", "data.scenario=story: must be story_share or reflection"),
+    ("data.demo.n_participants=0", "data.demo.n_participants=0: must be an integer >= 1"),
+    ("features.face.backend=dlib", "features.face.backend=dlib: must be mediapipe or openface"),
+    ("features.modalities.video=[glove]", "features.modalities.video=['glove']: must be one or more of ['face', 'cnn']"),
+    ("model.optimizer.lr=0", "model.optimizer.lr=0: must be a learning rate > 0"),
 ])
-def test_nonsense_settings_stop_the_run_before_any_data_is_read(override, message, tmp_path):
-    cfg = compose_config([override, "data.dataset_dir=/does/not/exist", "data.demo=null"], tmp_path)
+def test_out_of_range_settings_stop_the_run_before_any_data_is_read(override, message, tmp_path):
+    cfg = compose_config([override, "data.dataset_dir=/does/not/exist"], tmp_path)
     with pytest.raises(ConfigError, match=re.escape(message)):
         train(cfg)
 
 
-def test_every_problem_is_listed_at_once_and_evaluate_checks_too(tmp_path):
-    cfg = compose_config(["data.cv_folds=5", "data.cv_fold=5", "data.batch_size=-2"], tmp_path, "train")
+@pytest.mark.parametrize("override,message", [
+    ("data.batch_size=abc", "Value 'abc' of type 'str' could not be converted to Integer"),     # wrong type
+    ("evaluation.plots=maybe", "Value 'maybe' is not a valid bool"),
+    ("data.windw_frames=100", "Key 'windw_frames' not in 'FusionDataConfig'"),                  # unknown key
+    ("trainer.max_epoch=3", "Key 'max_epoch' not in 'TrainerConfig'"),
+])
+def test_wrong_types_and_unknown_keys_fail_while_composing(override, message, tmp_path):
+    with pytest.raises(ConfigCompositionException) as error:
+        compose_config([override], tmp_path)
+    text = f"{error.value}\n{error.value.__cause__}"
+    assert override.split("=")[0] in text and message in text  # Hydra names the override, OmegaConf what is allowed
+    assert override in text or "Could not override" in text
+
+
+def test_unknown_keys_added_with_plus_are_refused_at_start(tmp_path):
+    cfg = compose_config(["+data.windw_frames=100", "+features.cnn.strid=2"], tmp_path)
     with pytest.raises(ConfigError) as error:
-        check_config(cfg)
-    assert "data.cv_fold=5: must be in 0..4" in str(error.value) and "data.batch_size=-2" in str(error.value)
+        validate(cfg)
+    assert "data.windw_frames=100: not a setting; known: [" in str(error.value) and "'window_frames'" in str(error.value)
+    assert "features.cnn.strid=2: not a setting" in str(error.value)
+
+
+def test_partial_configs_from_code_are_typed_with_defaults_filled_in():
+    assert typed("evaluation", {"bootstrap": 5}).confidence == 0.95
+    with pytest.raises(ConfigError, match=re.escape("evaluation.bootstrap=many: Value 'many' of type 'str' could not")):
+        typed("evaluation", {"bootstrap": "many"})
+    with pytest.raises(ConfigError, match=re.escape("features.cnn.fo: not a setting; known: ['model'")):
+        typed("features", {"cnn": {"fo": 1}})
+    with pytest.raises(ConfigError, match=re.escape("data.dataset_dir=???: must be set")):
+        typed("data", {"_target_": "empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule"})
+
+
+def test_every_problem_is_listed_at_once_and_evaluate_checks_too(tmp_path):
+    cfg = compose_config(["data.cv_folds=5", "data.cv_fold=5", "data.batch_size=-2", "evaluation.bootstrap=-1"],
+                         tmp_path, "train")
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    for problem in ("data.cv_fold=5: must be in 0..4", "data.batch_size=-2", "evaluation.bootstrap=-1"):
+        assert problem in str(error.value)
     with pytest.raises(ConfigError, match="evaluation.bootstrap=-1"):
         evaluate(compose_config(["ckpt_path=/x.ckpt", "evaluation.bootstrap=-1"], tmp_path, "evaluate"))
+
+
+def test_trainer_schema_keeps_lightnings_defaults_where_the_project_sets_none():
+    project = {"_target_", "default_root_dir", "max_epochs", "devices", "log_every_n_steps", "deterministic",
+               "enable_model_summary", "enable_progress_bar"}
+    lightning = {name: p.default for name, p in inspect.signature(Trainer.__init__).parameters.items()}
+    schema = {name: value for name, value in vars(TrainerConfig()).items() if name not in project}
+    assert schema and all(lightning[name] == value for name, value in schema.items()), \
+        {name: (value, lightning[name]) for name, value in schema.items() if lightning[name] != value}

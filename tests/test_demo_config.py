@@ -14,7 +14,7 @@ from empathic_fusion.demo.generate import MIN_UTTERANCE_S, DemoConfig, generate_
 @pytest.mark.parametrize("field, value", [("reflection_s", 3.0), ("story_share_s", 1.0), ("warm_up_s", 0.5),
                                           ("n_participants", 0)])
 def test_too_short_phases_are_refused_naming_the_field(field, value):
-    with pytest.raises(ValueError, match=f"DemoConfig.{field}={value}"):
+    with pytest.raises(ValueError, match=f"data.demo.{field}={value}: must be"):
         DemoConfig(**{field: value})
 
 

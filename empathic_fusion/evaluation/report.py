@@ -9,36 +9,29 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
+from empathic_fusion.config import typed
 from empathic_fusion.datamodules.window_dataset import target_to_rating
-from empathic_fusion.utils import CONFIG_DIR
 from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
 from empathic_fusion.evaluation.plots import (log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure,
                                   session_timelines)
 from empathic_fusion.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
 
 log = logging.getLogger(__name__)
-DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "evaluation" / "default.yaml").read_text())
-THRESHOLD_MODES = ("fixed", "validation")
 
 
 def settings(evaluation: dict[str, Any] | None) -> dict[str, Any]:
-    """The evaluation settings with defaults filled in; an unknown key or threshold mode is an error."""
-    cfg = {**DEFAULTS, **(evaluation or {})}
-    unknown = set(cfg) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown evaluation setting(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
-    if cfg["threshold"] not in THRESHOLD_MODES:
-        raise ValueError(f"evaluation.threshold must be one of {THRESHOLD_MODES}, got {cfg['threshold']!r}")
-    return cfg
+    """The evaluation settings with defaults filled in from their schema (empathic_fusion/config/evaluation.py);
+    an unknown key, wrong type or value out of range is an error naming key=value."""
+    return asdict(typed("evaluation", evaluation or {}))
 
 
 @torch.no_grad()

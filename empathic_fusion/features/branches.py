@@ -1,4 +1,4 @@
-"""Which store branches make up each modality, and the feature config's defaults.
+"""Which store branches make up each modality.
 
 A modality's per-frame vector is its branches' vectors concatenated in the configured order, e.g.
 video = face (+ cnn) as the paper concatenated OpenFace and ResNet50, text = SBERT (`text`) and/or
@@ -8,13 +8,8 @@ onto every frame.
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
-
-import yaml
-
-from empathic_fusion.utils import CONFIG_DIR
 
 MODALITIES = ("video", "audio", "text")
 
@@ -51,27 +46,14 @@ def branch_width(branch: str, entry: dict) -> int:
     """Per-frame width of a recorded branch, from its manifest entry."""
     return int(entry["arrays"][BRANCHES[branch].vectors]["shape"][1])
 
-# the defaults are conf/features/default.yaml itself (one source for the command line and for code
-# that passes a partial feature config, e.g. tests and notebooks)
-DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "features" / "default.yaml").read_text())
-
 
 def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:
-    """The feature config with every missing section and key filled from DEFAULTS."""
-    merged = copy.deepcopy(DEFAULTS)
-    for section, values in (cfg or {}).items():
-        if isinstance(values, dict) and isinstance(merged.get(section), dict):
-            merged[section].update(values)
-        else:
-            merged[section] = values
-    for modality, branches in merged["modalities"].items():
-        if modality not in MODALITIES:
-            raise ValueError(f"features.modalities has unknown modality '{modality}'; use {list(MODALITIES)}")
-        wrong = [b for b in branches if BRANCH_MODALITY.get(b) != modality]
-        if not branches or wrong:
-            allowed = [b for b, m in BRANCH_MODALITY.items() if m == modality]
-            raise ValueError(f"features.modalities.{modality} = {list(branches)}: choose one or more of {allowed}")
-    return merged
+    """The feature config with every missing section and key filled from its schema
+    (empathic_fusion/config/features.py); an unknown key, a wrong type or a branch of another modality
+    is an error naming the key and value."""
+    from empathic_fusion.config import typed  # the schema imports BRANCH_MODALITY from here
+
+    return asdict(typed("features", cfg or {}))
 
 
 def modality_branches(modality: str, cfg: dict[str, Any] | None) -> list[str]:

@@ -50,18 +50,20 @@ def format_dims(table: dict[str, dict], modalities: dict[str, list[str]]) -> str
 
 def run_extraction(cfg: DictConfig) -> ExtractionReport:
     """Generate the demo when asked, validate the dataset, extract, print the summary and branch dims."""
+    from empathic_fusion.config import validate
     from empathic_fusion.dataset import load_dataset
 
+    validate(cfg)
     data = OmegaConf.to_container(cfg.data, resolve=True)
     features = with_defaults(OmegaConf.to_container(cfg.features, resolve=True))
     modalities = list(cfg.modality.names)
-    if data.get("demo"):
+    if data["demo"]:
         from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
         generate_demo(Path(data["dataset_dir"]), DemoConfig(**data["demo"]), workers=int(cfg.workers))
     store = FeatureStore(data["store_dir"])
     dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.get("branches") else modalities,
-                           bool(data.get("allow_shared_media", False)), store.file_hash)
+                           bool(data["allow_shared_media"]), store.file_hash)
     for warning in dataset.warnings:
         warn_data(warning)
     branches = list(cfg.branches) if cfg.get("branches") else None

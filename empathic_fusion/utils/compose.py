@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
+import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
 from empathic_fusion.utils import CONFIG_DIR
 
 

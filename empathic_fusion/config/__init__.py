@@ -1,0 +1,54 @@
+"""Typed Hydra configs: one dataclass per config group, the one place each default lives.
+
+Importing this package registers the schemas in Hydra's ConfigStore, so every YAML of a group names its
+schema first in its defaults list (`defaults: [schema_evaluation, _self_]`); the console scripts
+(empathic_fusion/cli.py) and `empathic_fusion.utils.compose` import it before composing.
+
+- data: `FusionDataConfig` (data.py; conf/data/demo.yaml, empathic_stories.yaml) and `TextDataConfig`
+  (text_csv.yaml, empathetic_exchanges.yaml); demo generator settings `DemoConfig` (demo.py)
+- features: `FeaturesConfig` (features.py), trainer: `TrainerConfig` (trainer.py),
+  evaluation: `EvaluationConfig` (evaluation.py), paths: `PathsConfig` (paths.py)
+
+Adding a key: add a typed field with its default and a short comment to the group's dataclass (and a
+rule to its `__post_init__` when only some values make sense: `require(prefix, self, {field: (ok, allowed)})`).
+Set it in a YAML only where a dataset or variant differs from the default. Code reads the key directly
+(`cfg.data.key`, `features["text"]["key"]`), never with a fallback: the schema fills defaults in when
+configs are composed, and `typed(group, values)` does so for partial configs built in code. A key in a
+YAML that no schema has fails composition for everyone; tests/test_configs.py composes every config.
+`validate(cfg)` (train, evaluate, extract call it first) reports every value out of range at once.
+"""
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from empathic_fusion.config.checks import ConfigError
+from empathic_fusion.config.data import FusionDataConfig, TextDataConfig
+from empathic_fusion.config.demo import DemoConfig
+from empathic_fusion.config.evaluation import EvaluationConfig
+from empathic_fusion.config.features import FeaturesConfig
+from empathic_fusion.config.paths import PathsConfig
+from empathic_fusion.config.trainer import TrainerConfig
+from empathic_fusion.config.validate import typed, validate
+
+# (group, schema name) -> dataclass; a YAML of the group lists the schema name first in its defaults
+SCHEMAS: dict[tuple[str, str], type] = {
+    ("data", "schema_fusion_data"): FusionDataConfig,
+    ("data", "schema_text_data"): TextDataConfig,
+    ("features", "schema_features"): FeaturesConfig,
+    ("trainer", "schema_trainer"): TrainerConfig,
+    ("evaluation", "schema_evaluation"): EvaluationConfig,
+    ("paths", "schema_paths"): PathsConfig,
+}
+
+
+def register_schemas() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    store = ConfigStore.instance()
+    for (group, name), schema in SCHEMAS.items():
+        store.store(group=group, name=name, node=schema)
+
+
+register_schemas()
+
+__all__ = ["ConfigError", "DemoConfig", "EvaluationConfig", "FeaturesConfig", "FusionDataConfig", "PathsConfig",
+           "SCHEMAS", "TextDataConfig", "TrainerConfig", "register_schemas", "typed", "validate"]
