@@ -9,6 +9,8 @@ import pytest
 from empathic_fusion.pipeline import evaluate, train
 from empathic_fusion.utils.compose import compose_config
 
+pytestmark = pytest.mark.slow
+
 
 def _cfg(name: str, overrides: list[str], out: Path):
     return compose_config(overrides, out, name)

@@ -15,6 +15,8 @@ from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.utils import PROJECT_ROOT
 from tests.conftest import FEATURES_CFG
 
+pytestmark = pytest.mark.slow
+
 MEDIA = PROJECT_ROOT.parent / "shared" / "data" / "media"
 pytestmark = pytest.mark.skipif(not (MEDIA / "WolfgangLanger_Pexels.mp4").exists(),
                                 reason="../shared/data/media is not beside the checkout")

@@ -108,6 +108,7 @@ def test_trains_with_gradients_only_where_selected_and_ignores_masked_frames(nam
         assert torch.allclose(out, model(_perturb_masked(batch, modalities)), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head", ["similarity", "regression"])
 @pytest.mark.parametrize("name", FUSION)
 def test_overfits_one_small_batch(name, head):

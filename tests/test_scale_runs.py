@@ -24,6 +24,8 @@ from empathic_fusion.pipeline import build_datamodule, train
 from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.utils.compose import compose_config
 
+pytestmark = pytest.mark.slow
+
 pytestmark = pytest.mark.filterwarnings("ignore:.*validated against ConfigStore schema")
 
 BATCH = 16

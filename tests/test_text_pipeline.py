@@ -16,6 +16,8 @@ from empathic_fusion.text.scorer import TextScorer
 from empathic_fusion.text.synthetic import make_text_table
 from empathic_fusion.utils import PROJECT_ROOT
 
+pytestmark = pytest.mark.slow
+
 LABELS = ["cognitive", "emotional", "behavioral"]
 
 
