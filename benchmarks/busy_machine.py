@@ -41,9 +41,10 @@ def torch_default_threads(env: dict[str, str]) -> int:
     return int(out.stdout.strip())
 
 
-def train_command(base: Path, run_dir: Path, args: argparse.Namespace, extra: list[str]) -> list[str]:
+def train_command(base: Path, run_dir: Path, args: argparse.Namespace, extra: list[str],
+                  epochs: int | None = None) -> list[str]:
     return [sys.executable, "train.py", "experiment=demo", "logger=none", f"paths.data_dir={base / 'data'}",
-            f"hydra.run.dir={run_dir}", f"trainer.max_epochs={args.epochs}",
+            f"hydra.run.dir={run_dir}", f"trainer.max_epochs={epochs or args.epochs}",
             f"data.demo.n_participants={args.participants}", "data.demo.sessions_per_participant=1",
             "evaluation.bootstrap=0", "evaluation.plots=false", *extra]
 
@@ -76,8 +77,10 @@ def main() -> None:
     old_threads = torch_default_threads(env)
     base = Path(tempfile.mkdtemp(prefix="busy_machine-"))
     print(f"generating the demo data and extracting its features in {base} (not timed)", flush=True)
-    subprocess.run(train_command(base, base / "warmup", args, []) + ["trainer.max_epochs=1"], cwd=ROOT, env=env,
-                   check=True, capture_output=True)
+    warmup = subprocess.run(train_command(base, base / "warmup", args, [], epochs=1), cwd=ROOT, env=env,
+                            capture_output=True, text=True)
+    if warmup.returncode != 0:
+        raise SystemExit(f"the warm-up run failed:\n{warmup.stderr[-3000:]}")
     settings = {"new (threads: null)": [], f"old (torch default, threads={old_threads})": [f"threads={old_threads}"]}
     times: dict[tuple[str, str], tuple[float | None, str]] = {}
     for load in ("quiet", "busy"):
