@@ -53,7 +53,11 @@ def store_copy(tiny_store, tmp_path) -> Path:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Tests marked `gpu` are skipped, with the reason, where torch sees no CUDA GPU."""
+    """Tests that read the extracted tiny store are `slow` (extracting it is the slow part of a session);
+    tests marked `gpu` are skipped, with the reason, where torch sees no CUDA GPU."""
+    for item in items:
+        if "tiny_store" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return
