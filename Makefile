@@ -31,18 +31,27 @@ test-fast: $(STAMP)
 clean-data:
 	rm -rf data/demo data/features
 
-# The web app on the demo data: trains the demo fusion and text models first when they are missing.
+# The web app: the demo fusion model (Clip tab) and a text model (Text tab), trained first when missing.
+# The text model is trained on EmpatheticExchanges (fold 0, so its card shows test metrics) when
+# ../shared/data/empathetic_exchanges/ is there (CC BY-NC: the data and models trained on it stay
+# out of git; logs/ is ignored), else on the synthetic table, which the app shows as a demo model.
+# Run folders are served: the app serves each run's best checkpoint.
 SERVE_DIR := logs/serve_demo
+EMPATHETIC_EXCHANGES := ../shared/data/empathetic_exchanges/EmpatheticExchanges_5ES.csv
+TEXT_RUN := $(if $(wildcard $(EMPATHETIC_EXCHANGES)),$(SERVE_DIR)/text_empathetic_exchanges,$(SERVE_DIR)/text_synthetic)
 $(SERVE_DIR)/fusion/checkpoints/last.ckpt: | $(STAMP)
-	$(PY) train.py experiment=demo trainer.max_epochs=3 evaluation.bootstrap=0 logger=none \
+	$(PY) train.py experiment=demo trainer.max_epochs=3 logger=none \
 	  hydra.run.dir=$(SERVE_DIR)/fusion
-$(SERVE_DIR)/text/checkpoints/last.ckpt: | $(STAMP)
+$(SERVE_DIR)/text_empathetic_exchanges/checkpoints/last.ckpt: | $(STAMP)
+	$(PY) train.py experiment=text_empathetic_exchanges data.cv_fold=0 model.robustness.n_texts=0 logger=none \
+	  hydra.run.dir=$(SERVE_DIR)/text_empathetic_exchanges
+$(SERVE_DIR)/text_synthetic/checkpoints/last.ckpt: | $(STAMP)
 	$(PY) -c "from empathic_fusion.text.synthetic import make_text_table as t; import os; os.makedirs('$(SERVE_DIR)', exist_ok=True); t(40, 3, seed=0, persona_effect=True).to_csv('$(SERVE_DIR)/text_table.csv', index=False)"
 	$(PY) train.py data=text_csv model=text_regressor data.path=$(SERVE_DIR)/text_table.csv data.text_columns=[text] \
-	  data.label_columns=[cognitive,emotional,behavioral] data.group_column=writer \
-	  data.persona_columns=[gender,empathic_concern] data.cv_folds=2 model.robustness.n_texts=0 logger=none \
-	  modality=t \
-	  hydra.run.dir=$(SERVE_DIR)/text
+	  data.label_columns=[cognitive,emotional,behavioral] data.group_column=writer data.name=synthetic_text \
+	  data.generated=true data.persona_columns=[gender,empathic_concern] data.cv_folds=2 model.robustness.n_texts=0 \
+	  logger=none modality=t \
+	  hydra.run.dir=$(SERVE_DIR)/text_synthetic
 
-serve: $(SERVE_DIR)/fusion/checkpoints/last.ckpt $(SERVE_DIR)/text/checkpoints/last.ckpt
-	$(PY) serve.py ckpt_path=$(SERVE_DIR)/fusion/checkpoints/last.ckpt text_ckpt_path=$(SERVE_DIR)/text/checkpoints/last.ckpt $(ARGS)
+serve: $(SERVE_DIR)/fusion/checkpoints/last.ckpt $(TEXT_RUN)/checkpoints/last.ckpt
+	$(PY) serve.py ckpt_path=$(SERVE_DIR)/fusion text_ckpt_path=$(TEXT_RUN) $(ARGS)

@@ -74,17 +74,16 @@ def extract(cfg: DictConfig) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")
 def serve(cfg: DictConfig) -> None:
-    """The Gradio app (conf/serve.yaml): a Text tab, a Clip tab, or both."""
-    from empathic_fusion.app.clip import ClipScorer
-    from empathic_fusion.app.text import load_text_scorer
-    from empathic_fusion.app.ui import build_app, launch
-
+    """The Gradio app (conf/serve.yaml): a Text tab, a Clip tab, or both; a run folder serves its best checkpoint."""
+    from empathic_fusion.app.ui import build_app, launch, models_from_config
     from empathic_fusion.utils.run_output import set_verbosity
     from empathic_fusion.utils.threads import configure_threads
 
     set_verbosity(bool(cfg.get("verbose", False)))
     configure_threads(cfg.get("threads"))
-    text = load_text_scorer(cfg.text_ckpt_path) if cfg.text_ckpt_path else None
-    clip = ClipScorer(cfg.ckpt_path, cfg.max_upload_mb) if cfg.ckpt_path else None
+    text, clip = models_from_config(cfg)
+    for model in (text, clip):
+        if model is not None:
+            print(f"serving {model.card.kind} model {model.ckpt_path}")
     print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")
-    launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port)
+    launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port, max_upload_mb=cfg.max_upload_mb)

@@ -70,7 +70,7 @@ def report_test(model: EmpathyModule, datamodule: EmpathyDataModule, out_dir: Pa
           f"MSE on the cosine scale (rating-3)/2):\n{table}\n\n{ci_table}\n")
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
-               "ci": report["ci"], "participants": report["participants"]}
+               "ci": report["ci"], "confidence": float(settings["confidence"]), "participants": report["participants"]}
     (out_dir / "test_metrics.json").write_text(json.dumps(summary, indent=1))
     (out_dir / "test_metrics.md").write_text(table + "\n\n" + ci_table + "\n")
     rows_csv = [{"row": name, **values} for name, values in rows.items()]

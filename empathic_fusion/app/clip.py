@@ -1,35 +1,37 @@
-"""Score one uploaded clip with a fusion checkpoint, through the project's own pipeline.
+"""Score one uploaded clip with a fusion checkpoint, through the training data path.
 
 The clip becomes a one-session dataset in the contract's layout (docs/dataset.md) in a scratch
-folder, so the dataset loader validates it (a bad transcript CSV is answered with file, line and
-field), `extract_features` fills a scratch store with the checkpoint's feature config, and the
-windows (empathic_fusion/datamodules/windows.py) feed `WindowDataset` with the training normalisation stats the
-checkpoint carries. Windows cover the whole clip (stride as in training): the clip is one phase.
-Problems a user can fix (no face, no audio, too short, unreadable, too big, bad transcript) raise
-ClipError with a message for the page.
+folder (the uploaded files are referenced where they lie, not copied or read into memory), and the
+checkpoint's own data config builds an `EmpathyDataModule` with its predict split over it:
+`prepare_data` validates the dataset (a bad transcript CSV is answered with file, line and field)
+and extracts its features into a scratch store with the checkpoint's feature config, `setup` builds
+the windows (stride as in training; the clip is one phase) z-scored with the training statistics
+the checkpoint carries, and `trainer.predict` runs the module's `predict_step`. Problems a user can
+fix (no face, no audio, too short, unreadable, too big, bad transcript) raise ClipError with a
+message for the page that names the user's files, never the server's paths.
 """
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import hydra
+import lightning as L
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
-from empathic_fusion.features.speech import speech_mask
-from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset, target_to_rating
-from empathic_fusion.datamodules.windows import window_starts
-from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError, load_dataset
-from empathic_fusion.features.branches import branch_width, modality_branches, with_defaults
-from empathic_fusion.features.extract import extract_features
+from empathic_fusion.app.card import ModelCard, fusion_card
+from empathic_fusion.app.checkpoints import load_checkpoint, metrics_note, resolve_checkpoint
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.window_dataset import target_to_rating
+from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
-from empathic_fusion.features.store import DATASET_KEY, FeatureStore
+from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
 from empathic_fusion.models.empathy_module import EmpathyModule
 
@@ -44,9 +46,9 @@ class ClipError(ValueError):
 
 @dataclass
 class ClipResult:
-    rating: float  # predicted self-rated empathy for the clip (1-5): mean over its windows
+    rating: float  # predicted self-rated empathy for the clip (raw, 1-5 scale): mean over its windows
     window_seconds: np.ndarray  # centre of each window, seconds
-    window_ratings: np.ndarray  # predicted empathy per window (1-5)
+    window_ratings: np.ndarray  # predicted empathy per window (raw, 1-5 scale)
     fps: float
     face_found: np.ndarray | None  # per frame, None when the model has no video modality
     speech: np.ndarray | None  # per frame, None when the model has no audio modality
@@ -61,26 +63,45 @@ def spread_text(text: str, seconds: float, phase: str, story_id: str = "") -> pd
                          "story_id": story_id, "text": sentences})
 
 
-class ClipScorer:
-    """A fusion checkpoint ready to score clips: model, feature config, window settings, stats."""
+class _UserNames:
+    """Rewrites messages so that they name the user's files, never a server path."""
 
-    def __init__(self, ckpt_path: str | Path, max_upload_mb: float = 200.0):
-        self.ckpt_path = Path(ckpt_path)
-        if not self.ckpt_path.is_file():
-            raise FileNotFoundError(f"fusion checkpoint {self.ckpt_path} does not exist "
-                                    "(train.py writes checkpoints/*.ckpt)")
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def add(self, path: Path, name: str) -> None:
+        self.names[str(path)] = name
+        self.names[str(path.resolve())] = name
+
+    def __call__(self, message: str) -> str:
+        for path in sorted(self.names, key=len, reverse=True):
+            message = message.replace(path, self.names[path])
+        return message
+
+class ClipScorer:
+    """A fusion checkpoint ready to score clips: model, its data config, model card and upload limit."""
+
+    def __init__(self, ckpt_path: str | Path, max_upload_mb: float = 2048.0, accelerator: str = "cpu"):
+        self.ckpt_path = resolve_checkpoint(ckpt_path)
+        checkpoint = load_checkpoint(self.ckpt_path)
+        if "hyper_parameters" not in checkpoint or "run_config" not in checkpoint["hyper_parameters"]:
+            raise ValueError(f"{self.ckpt_path} is not a fusion checkpoint of train.py (no run_config); "
+                             "a text checkpoint goes to text_ckpt_path=")
+        self.card: ModelCard = fusion_card(self.ckpt_path, checkpoint, metrics_note(self.ckpt_path))
+        del checkpoint
         self.model = EmpathyModule.load_from_checkpoint(self.ckpt_path, map_location="cpu", weights_only=False).eval()
-        if not self.model.normalization and self.model.hparams.run_config["data"].get("normalize"):
+        run_config = self.model.hparams.run_config
+        if not self.model.normalization and run_config["data"].get("normalize"):
             raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics (checkpoints written "
                              "before they were recorded); retrain to score new clips with it")
-        run_config = self.model.hparams.run_config
         self.data_cfg = dict(run_config["data"])
-        self.features = with_defaults(run_config["features"])
+        self.features = dict(run_config["features"])
         self.modalities = list(self.model.hparams.modalities)
         self.window_frames = int(self.data_cfg["window_frames"])
         self.stride_seconds = float(self.data_cfg.get("stride_seconds", 1.0))
         self.scenario = self.data_cfg.get("scenario", "story_share")
         self.max_upload_mb = float(max_upload_mb)
+        self.accelerator = accelerator
         self.dataset_dir = Path(self.data_cfg["dataset_dir"])
         self.fps = self._training_fps()
 
@@ -100,25 +121,25 @@ class ClipScorer:
 
     def describe(self) -> str:
         seconds = self.window_frames / self.fps
-        return (f"{self.model.describe()['net'].rsplit('.', 1)[-1]} on {'+'.join(self.modalities)}; "
-                f"windows of {self.window_frames} frames ({seconds:g} s) every {self.stride_seconds:g} s")
+        return (f"windows of {self.window_frames} frames ({seconds:g} s) every {self.stride_seconds:g} s "
+                f"over {'+'.join(self.modalities)}")
 
     # ---- checks before any extraction -------------------------------------------------------------
-    def _check_file(self, path: Path, kinds: tuple[str, ...], what: str) -> None:
+    def _check_file(self, path: Path, name: str, kinds: tuple[str, ...], what: str) -> None:
         if not path.is_file():
-            raise ClipError(f"{what} {path.name}: file not found")
+            raise ClipError(f"{what} {name}: file not found")
         size_mb = path.stat().st_size / 2 ** 20
         if size_mb > self.max_upload_mb:
-            raise ClipError(f"{what} {path.name} is {size_mb:.1f} MB, over the {self.max_upload_mb:g} MB upload limit "
+            raise ClipError(f"{what} {name} is {size_mb:.1f} MB, over the {self.max_upload_mb:g} MB upload limit "
                             "(serve.py max_upload_mb=...)")
-        if path.suffix.lower() not in kinds:
-            raise ClipError(f"{what} {path.name}: unsupported file type '{path.suffix}'; use one of {', '.join(kinds)}")
+        if Path(name).suffix.lower() not in kinds:
+            raise ClipError(f"{what} {name}: unsupported file type '{Path(name).suffix}'; use one of {', '.join(kinds)}")
 
-    def _probe_seconds(self, video: Path) -> float:
+    def _probe_seconds(self, video: Path, name: str, user: _UserNames) -> float:
         try:
             info = probe_video(video)
         except MediaError as error:
-            raise ClipError(f"unreadable video {video.name}: {error}") from None
+            raise ClipError(user(f"unreadable video {name}: {error}")) from None
         frames = info.frames_at(self.fps)
         if frames < self.window_frames:
             raise ClipError(f"the clip is {frames / self.fps:.1f} s long, shorter than one window "
@@ -128,27 +149,20 @@ class ClipScorer:
     # ---- the clip as a one-session dataset -----------------------------------------------------------
     def _write_dataset(self, root: Path, video: Path, audio: Path | None, transcript: Path | str | None,
                        story_text: str, seconds: float) -> None:
-        media = root / "media"
-        media.mkdir(parents=True)
-        shutil.copy(video, media / f"video{video.suffix.lower()}")
-        audio_rel = ""
-        if audio is not None:
-            shutil.copy(audio, media / f"audio{audio.suffix.lower()}")
-            audio_rel = f"media/audio{audio.suffix.lower()}"
+        """The contract's files; sessions.csv names the uploads by absolute path (no copy)."""
+        (root / "transcripts").mkdir(parents=True)
         (root / "dataset.yaml").write_text(yaml.safe_dump({"name": "uploaded_clip", "fps": self.fps}))
         pd.DataFrame({"participant_id": [PARTICIPANT], **{c: [""] for c in TRAIT_COLUMNS}}).to_csv(
             root / "participants.csv", index=False)
-        pd.DataFrame({"session_id": [SESSION], "participant_id": [PARTICIPANT],
-                      "video": [f"media/video{video.suffix.lower()}"], "audio": [audio_rel]}).to_csv(
+        pd.DataFrame({"session_id": [SESSION], "participant_id": [PARTICIPANT], "video": [str(video.resolve())],
+                      "audio": [str(audio.resolve()) if audio is not None else ""]}).to_csv(
             root / "sessions.csv", index=False)
-        stories = {**self.stories(), STORY: story_text}
-        pd.DataFrame({"story_id": list(stories), "text": list(stories.values())}).to_csv(root / "stories.csv",
-                                                                                          index=False)
+        pd.DataFrame({"story_id": [STORY], "text": [story_text]}).to_csv(root / "stories.csv", index=False)
+        # no ratings: the predict split scores the unrated session against its one story
         pd.DataFrame(columns=["session_id", "story_id", "empathy"]).to_csv(root / "ratings.csv", index=False)
-        (root / "transcripts").mkdir()
         target = root / "transcripts" / f"{SESSION}.csv"
         if isinstance(transcript, Path):
-            shutil.copy(transcript, target)
+            target.write_bytes(transcript.read_bytes())
         else:  # plain text spread over the clip, or nothing: one agent turn marks the whole clip as the phase
             story = STORY if self.scenario == "reflection" else ""  # reflection rows name their story
             table = (spread_text(transcript, seconds, self.scenario, story) if transcript and transcript.strip() else
@@ -156,85 +170,82 @@ class ClipScorer:
                                    "story_id": [story], "text": [""]}))
             table.to_csv(target, index=False)
 
+    def datamodule(self, dataset_dir: Path, store_dir: Path) -> EmpathyDataModule:
+        """The checkpoint's data config over another dataset: its predict split, the checkpoint's statistics."""
+        data_cfg = {**self.data_cfg, "dataset_dir": str(dataset_dir), "store_dir": str(store_dir), "demo": None,
+                    "extract_workers": 1, "num_workers": 0}
+        build = hydra.utils.instantiate(data_cfg, _partial_=True, _convert_="all")
+        return build(modalities=self.modalities, features=self.features, predict=True,
+                     stats=self.model.normalization)
+
     def score(self, video: str | Path, story_text: str, audio: str | Path | None = None,
-              transcript: str | Path | None = None, progress: Callable[[float, str], Any] | None = None) -> ClipResult:
-        """Predicted empathy for the clip and per window; `transcript` is a contract CSV path or plain text."""
+              transcript: str | Path | None = None, progress: Callable[[float, str], Any] | None = None,
+              names: dict[str, str] | None = None) -> ClipResult:
+        """Predicted empathy for the clip and per window; `transcript` is a contract CSV path or plain text.
+        `names` maps an upload's path to the user's file name (default: the path's own name)."""
         step = progress or (lambda fraction, message: None)
+        names = names or {}
+        user = _UserNames()
         if not story_text or not story_text.strip():
             raise ClipError("type the story the person heard, or pick one of the dataset's stories")
-        video = Path(video)
-        self._check_file(video, VIDEO_TYPES, "video")
-        audio = Path(audio) if audio else None
-        if audio is not None:
-            self._check_file(audio, AUDIO_TYPES, "audio")
-        if isinstance(transcript, Path):  # a contract CSV; a str is plain text
-            self._check_file(transcript, (".csv",), "transcript")
+        uploads = {"video": Path(video), "audio": Path(audio) if audio else None,
+                   "transcript": transcript if isinstance(transcript, Path) else None}  # a str is plain text
+        kinds = {"video": VIDEO_TYPES, "audio": AUDIO_TYPES, "transcript": (".csv",)}
+        for what, path in uploads.items():
+            if path is not None:
+                name = names.get(str(path), path.name)
+                user.add(path, name)
+                self._check_file(path, name, kinds[what], what)
+        video_name = names.get(str(video), Path(video).name)
         step(0.05, "checking the clip")
-        seconds = self._probe_seconds(video)
+        seconds = self._probe_seconds(Path(video), video_name, user)
         with tempfile.TemporaryDirectory(prefix="empathy-clip-") as scratch:
             root = Path(scratch) / "dataset"
-            self._write_dataset(root, video, audio, transcript, story_text, seconds)
-            try:
-                dataset = load_dataset(root)
-            except DatasetError as error:
-                raise ClipError(f"the transcript does not parse: {error}") from None
+            self._write_dataset(root, Path(video), uploads["audio"], transcript, story_text, seconds)
+            if uploads["transcript"] is not None:  # the contract names it transcripts/clip.csv
+                user.names[f"transcripts/{SESSION}.csv"] = names.get(str(transcript), transcript.name)
+            user.add(root, "the upload")
+            datamodule = self.datamodule(root, Path(scratch) / "store")
             step(0.1, "extracting features (face, audio, text)")
-            store = FeatureStore(Path(scratch) / "store")
-            report = extract_features(dataset, store, self.modalities, self.features, workers=1, progress=True)
-            self._check_failures(report.failures)
+            try:
+                datamodule.prepare_data()
+            except DatasetError as error:
+                raise ClipError("the transcript does not parse: "
+                                + user("; ".join(str(problem) for problem in error.problems))) from None
+            self._check_failures(datamodule.extraction_report.failures, user)
+            self._check_face(FeatureStore(datamodule.store_dir))
+            try:
+                datamodule.setup("predict")
+            except RuntimeError:
+                raise ClipError("no window of the clip has a usable frame (a face, participant speech or "
+                                "transcript text) for this model's modalities") from None
             step(0.9, "running the model over the windows")
-            return self._predict(dataset, store, report.warnings)
+            trainer = L.Trainer(accelerator=self.accelerator, devices=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+            pred = torch.cat(trainer.predict(self.model, datamodule=datamodule)).float().cpu()
+            data = datamodule.datasets["predict"]
+            starts = data.windows.start.to_numpy()
+            rating_index = torch.as_tensor(data.windows.rating_index.to_numpy())
+            clip_pred, _, _ = aggregate_by_rating(pred, torch.zeros_like(pred), rating_index)
+            face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
+                    if "face" in datamodule.branch_dims else None)
+            warnings = [user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings]
+            return ClipResult(rating=float(target_to_rating(clip_pred[0].item())),
+                              window_seconds=(starts + self.window_frames / 2) / self.fps,
+                              window_ratings=np.asarray(target_to_rating(pred.numpy())), fps=self.fps,
+                              face_found=face,
+                              speech=np.asarray(data.speaking[SESSION]) if "audio" in self.modalities else None,
+                              warnings=warnings)
 
-    def _check_failures(self, failures: list[dict]) -> None:
+    def _check_failures(self, failures: list[dict], user: _UserNames) -> None:
         for failure in failures:
-            error = failure["error"]
+            error = user(failure["error"])
             if failure["branch"] == "audio":
                 raise ClipError(f"no audio track could be read ({error}); "
                                 "upload a video with sound or a separate audio file")
             raise ClipError(f"unreadable or unsupported {failure['branch']} input: {error}")
 
-    def _predict(self, dataset, store: FeatureStore, warnings: list[str]) -> ClipResult:
-        branches = {m: modality_branches(m, self.features) for m in self.modalities}
-        branch_dims, frames = {}, []
-        for modality in self.modalities:
-            for branch in branches[modality]:
-                entry = store.entry(SESSION, branch)
-                branch_dims[branch] = branch_width(branch, entry)
-                frames.append(int(entry["n_frames"]))
-        n_frames = max(frames)
-        face = None
-        if "face" in branch_dims:
-            face = np.asarray(store.load(SESSION, "face", "mask")) > 0
-            if not face.any():
-                raise ClipError("no face found in any frame of the video; upload a clip that shows the person's face")
-        transcript = dataset.transcripts[SESSION]
-        voiced = None
-        if "audio" in self.modalities and "voiced" in store.entry(SESSION, "audio")["arrays"]:
-            voiced = store.load(SESSION, "audio", "voiced")
-        speaking = speech_mask(transcript, n_frames, dataset.fps, voiced, self.features["audio"]["speech_mask"])
-        stride = max(int(round(self.stride_seconds * dataset.fps)), 1)
-        starts = window_starts((0, n_frames), n_frames, self.window_frames, stride)
-        if n_frames < self.window_frames:
-            raise ClipError(f"the clip gives {n_frames / dataset.fps:.1f} s of features, shorter than one window "
-                            f"({self.window_frames / dataset.fps:g} s)")
-        windows = pd.DataFrame({"rating_index": 0, "session_id": SESSION, "start": starts})
-        ratings = pd.DataFrame({"session_id": [SESSION], "story_id": [STORY], "empathy": [np.nan],
-                                "participant_id": [PARTICIPANT]})  # no self-rating: the target is unknown (NaN)
-        stories = store.entry(DATASET_KEY, "stories")
-        embeddings = np.asarray(store.load(DATASET_KEY, "stories", "embeddings"), dtype=np.float32)
-        input_dims = {m: sum(branch_dims[b] for b in branches[m]) for m in self.modalities}
-        input_dims.update(story=int(embeddings.shape[1]), traits=len(TRAIT_COLUMNS))
-        self.model.check_input_dims(input_dims, self.modalities)
-        stats = {m: (mean.numpy(), std.numpy()) for m, (mean, std) in self.model.normalization.items()}
-        source = FrameSource(store, branches, branch_dims, {SESSION: n_frames},
-                             {SESSION: speaking}, stats)
-        data = WindowDataset(source, windows, ratings, self.window_frames, embeddings,
-                             {s: i for i, s in enumerate(stories["story_ids"])}, dataset.participants[list(TRAIT_COLUMNS)])
-        batch = torch.utils.data.default_collate([data[i] for i in range(len(data))])
-        with torch.no_grad():
-            pred = self.model(batch).float()
-        rating_pred, _, _ = aggregate_by_rating(pred, torch.zeros_like(pred), batch["rating_index"])
-        return ClipResult(rating=float(target_to_rating(rating_pred[0].item())),
-                          window_seconds=(starts + self.window_frames / 2) / dataset.fps,
-                          window_ratings=np.asarray(target_to_rating(pred.numpy())), fps=dataset.fps,
-                          face_found=face, speech=speaking if "audio" in self.modalities else None, warnings=warnings)
+    def _check_face(self, store: FeatureStore) -> None:
+        entry = store.entry(SESSION, "face")
+        if entry is not None and not (np.asarray(store.load(SESSION, "face", "mask")) > 0).any():
+            raise ClipError("no face found in any frame of the video; upload a clip that shows the person's face")

@@ -1,4 +1,4 @@
-"""The Text tab's model: one adapter to the text scorer, its persona inputs, and the flag CSV."""
+"""The Text tab's model: a text checkpoint with its model card, its persona inputs, and the flag CSV."""
 from __future__ import annotations
 
 import csv
@@ -7,12 +7,66 @@ from pathlib import Path
 
 import pandas as pd
 
+from empathic_fusion.app.card import ModelCard, text_card
+from empathic_fusion.app.checkpoints import load_checkpoint, metrics_note, resolve_checkpoint
 
-def load_text_scorer(path: str | Path):
-    """The one place the app loads a text model (switch the loader here when the format changes)."""
-    from empathic_fusion.text.scorer import TextScorer
 
-    return TextScorer.load(path)
+@dataclass(frozen=True)
+class Score:
+    """One output's score: clipped to the label scale, the raw model output, and the interval's half-width."""
+
+    value: float
+    raw: float
+    outside: bool  # the raw score was outside the label scale (value is clipped)
+    half_width: float | None  # 1.96 x the test RMSE; None: no test metrics recorded
+
+    def describe(self, name: str, scale: tuple[float, float] | None) -> str:
+        text = f"{name}: {self.value:.2f}"
+        if self.half_width is not None:
+            low, high = self.value - self.half_width, self.value + self.half_width
+            if scale is not None:
+                low, high = max(low, scale[0]), min(high, scale[1])
+            text += f" (interval {low:.2f} to {high:.2f})"
+        if self.outside:
+            text += f"; the raw score {self.raw:.3f} is outside the {scale[0]:g}-{scale[1]:g} scale and was clipped"
+        return text
+
+
+class TextModel:
+    """A text checkpoint (or a run folder's best one), its scorer and its model card."""
+
+    def __init__(self, path: str | Path, accelerator: str = "cpu"):
+        from empathic_fusion.text.scorer import TextScorer
+
+        self.ckpt_path = resolve_checkpoint(path)
+        checkpoint = load_checkpoint(self.ckpt_path)
+        if "fields" not in ((checkpoint.get("hyper_parameters") or {}).get("data_info") or {}):
+            raise ValueError(f"{self.ckpt_path} is not a text checkpoint of train.py (its data_info has no text "
+                             "fields); a fusion checkpoint goes to ckpt_path=")
+        self.card: ModelCard = text_card(self.ckpt_path, checkpoint, metrics_note(self.ckpt_path))
+        del checkpoint
+        self.scorer = TextScorer.load(self.ckpt_path, accelerator)
+
+    @property
+    def fields(self) -> list[str]:
+        return self.scorer.fields
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.scorer.output_names
+
+    def score(self, texts: dict[str, str], persona: dict[str, object]) -> dict[str, Score]:
+        """Scores of one row: every output (and the overall mean); empty persona values count as unknown."""
+        table = None
+        if persona:
+            table = pd.DataFrame({c: [None if v in ("", None) else v] for c, v in persona.items()})
+        raw = self.scorer.score({f: [texts.get(f, "")] for f in self.fields}, table)
+        scores = {}
+        for name in self.output_names:
+            value = float(raw[name][0])
+            clipped, outside = self.card.clip(value)
+            scores[name] = Score(clipped, value, outside, self.card.interval(name))
+        return scores
 
 
 @dataclass(frozen=True)
@@ -21,22 +75,14 @@ class PersonaInput:
     choices: list[str] | None  # categories seen in training; None: a number (z-scored with training stats)
 
 
-def persona_inputs(scorer) -> list[PersonaInput]:
+def persona_inputs(model: TextModel) -> list[PersonaInput]:
     """The persona columns the model was trained with ([] when it was trained without persona)."""
+    scorer = model.scorer
     if scorer.module.net.persona is None:
         return []
     encoder = scorer.persona
     return [PersonaInput(c, list(encoder.categorical[c]) if c in encoder.categorical else None)
             for c in encoder.columns]
-
-
-def score_text(scorer, texts: dict[str, str], persona: dict[str, object]) -> dict[str, float]:
-    """Scores of one row: every output (and the overall mean); empty persona values count as unknown."""
-    table = None
-    if persona:
-        table = pd.DataFrame({c: [None if v in ("", None) else v] for c, v in persona.items()})
-    scores = scorer.score({f: [texts.get(f, "")] for f in scorer.fields}, table)
-    return {name: float(scores[name][0]) for name in scorer.output_names}
 
 
 def append_flag(path: Path, texts: dict[str, str], persona: dict[str, object], scores: dict[str, float]) -> Path:

@@ -1,5 +1,10 @@
 """The Gradio app: a Text tab for a text model, a Clip tab for a fusion checkpoint (either or both).
 
+Each tab shows its model card (empathic_fusion/app/card.py), a banner when the model was trained on
+generated data, scores clipped to the label scale (saying when a raw score was outside it) and an
+interval from the run's measured test error. Uploads are files on disk that Gradio streams there
+(refused past `max_upload_mb` while uploading); the app reads them by path.
+
 Works with the network off: analytics are off, no share link is made and the theme uses system
 fonts (the default theme would fetch Google Fonts); Gradio serves its front end from the package.
 """
@@ -14,17 +19,33 @@ import uuid  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gradio as gr  # noqa: E402
+import numpy as np  # noqa: E402
 
+from empathic_fusion.app.card import ModelCard  # noqa: E402
 from empathic_fusion.app.clip import ClipError, ClipScorer  # noqa: E402
-from empathic_fusion.app.text import append_flag, persona_inputs, score_text  # noqa: E402
+from empathic_fusion.app.text import Score, TextModel, append_flag, persona_inputs  # noqa: E402
 from empathic_fusion.evaluation.plots import empathy_timeline, save_figure  # noqa: E402
 
 OFFLINE_THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                                   font_mono=["ui-monospace", "Consolas", "monospace"])
 
 
-def _text_tab(scorer, flag_csv: Path) -> None:
-    gr.Markdown(f"Scores typed text with the text model: {', '.join(scorer.output_names)} (1-5 scale of its labels).")
+def _card(card: ModelCard, prefix: str) -> None:
+    """The demo banner (generated training data) and the model card."""
+    if card.banner():
+        gr.Markdown(card.banner(), elem_id=f"{prefix}-banner", elem_classes=["demo-banner"])
+    with gr.Accordion("Model card", open=True):
+        gr.Markdown(card.markdown(), elem_id=f"{prefix}-card")
+
+
+def _scale_text(card: ModelCard) -> str:
+    return f"{card.scale[0]:g}-{card.scale[1]:g} scale" if card.scale else "scale unknown"
+
+
+def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
+    _card(scorer.card, "text")
+    gr.Markdown(f"Scores typed text with the text model: {', '.join(scorer.output_names)} "
+                f"({_scale_text(scorer.card)} of its labels).")
     fields = [gr.Textbox(label=f, lines=4, elem_id=f"text-{f}") for f in scorer.fields]
     persona_spec = persona_inputs(scorer)
     persona_boxes = []
@@ -42,7 +63,8 @@ def _text_tab(scorer, flag_csv: Path) -> None:
         flag = gr.Button("Flag", elem_id="text-flag")
     outputs = [gr.Number(label=name, interactive=False, precision=3, elem_id=f"score-{name}")
                for name in scorer.output_names]
-    clear.add(outputs)
+    clear.add(outputs + [details])
+    details = gr.Markdown(elem_id="text-details")
     status = gr.Markdown(elem_id="text-status")
 
     def split(values):
@@ -62,11 +84,12 @@ def _text_tab(scorer, flag_csv: Path) -> None:
         try:
             texts, persona = split(values)
         except ValueError as error:
-            return [None] * len(outputs) + [str(error)]
+            return [None] * len(outputs) + ["", str(error)]
         if not any(t and t.strip() for t in texts.values()):
-            return [None] * len(outputs) + ["Type some text first."]
-        scores = score_text(scorer, texts, persona)
-        return [round(scores[n], 3) for n in scorer.output_names] + ["scored"]
+            return [None] * len(outputs) + ["", "Type some text first."]
+        scores = scorer.score(texts, persona)
+        return ([round(scores[n].value, 3) for n in scorer.output_names]
+                + [_score_details(scores, scorer.card), "scored"])
 
     def on_flag(*values):
         try:
@@ -75,16 +98,24 @@ def _text_tab(scorer, flag_csv: Path) -> None:
             return str(error)
         if not any(t and t.strip() for t in texts.values()):
             return "Nothing to flag: type some text first."
-        append_flag(flag_csv, texts, persona, score_text(scorer, texts, persona))
+        append_flag(flag_csv, texts, persona, {n: s.value for n, s in scorer.score(texts, persona).items()})
         return f"flagged (appended to {flag_csv.name})"
 
     inputs = fields + persona_boxes
-    submit.click(on_score, inputs, outputs + [status])
+    submit.click(on_score, inputs, outputs + [details, status])
     flag.click(on_flag, inputs, status)
 
 
+def _score_details(scores: dict[str, Score], card: ModelCard) -> str:
+    lines = [score.describe(name, card.scale) for name, score in scores.items()]
+    if any(score.half_width is None for score in scores.values()):
+        lines.append("no interval: the run's test error is not recorded")
+    return "\n".join(f"- {line}" for line in lines)
+
+
 def _clip_tab(scorer: ClipScorer) -> None:
-    gr.Markdown(f"Scores a recorded clip with {scorer.describe()}. Upload a video with sound (or a video and a "
+    _card(scorer.card, "clip")
+    gr.Markdown(f"Scores a recorded clip: {scorer.describe()}. Upload a video with sound (or a video and a "
                 f"separate audio file), an optional transcript, and the story the person heard. "
                 f"Uploads up to {scorer.max_upload_mb:g} MB.")
     with gr.Row():
@@ -103,8 +134,8 @@ def _clip_tab(scorer: ClipScorer) -> None:
         pick.change(lambda k: stories.get(k, ""), pick, story)
     submit = gr.Button("Score clip", variant="primary", elem_id="clip-submit")
     with gr.Row():
-        rating = gr.Number(label="predicted empathy for the clip (1-5)", interactive=False, precision=2,
-                           elem_id="clip-rating")
+        rating = gr.Number(label=f"predicted empathy for the clip ({_scale_text(scorer.card)})", interactive=False,
+                           precision=2, elem_id="clip-rating")
         status = gr.Markdown(elem_id="clip-status")
     timeline = gr.Image(label="predicted empathy per window; face found and speech beneath", type="filepath",
                         interactive=False, elem_id="clip-timeline")
@@ -119,18 +150,26 @@ def _clip_tab(scorer: ClipScorer) -> None:
                                   progress=lambda fraction, message: progress(fraction, desc=message))
         except ClipError as error:
             return None, None, f"**Cannot score this upload:** {error}"
+        card = scorer.card
+        value, outside = card.clip(result.rating)
+        score = Score(value, result.rating, outside, card.interval("empathy"))
         seconds = result.window_seconds
-        fig = empathy_timeline({"clip": (seconds, result.window_ratings)},
+        shown = np.clip(result.window_ratings, *card.scale) if card.scale else result.window_ratings
+        fig = empathy_timeline({"clip": (seconds, shown)},
                                masks={"face found": result.face_found, "speech": result.speech}, fps=result.fps,
-                               title=f"Predicted empathy per window (clip: {result.rating:.2f})")
+                               title=f"Predicted empathy per window (clip: {value:.2f})")
         path = save_figure(fig, plots / f"timeline-{uuid.uuid4().hex}.png")
-        notes = "".join(f"\n- {w}" for w in result.warnings)
-        return round(result.rating, 2), str(path), f"scored {len(seconds)} windows{notes}"
+        clipped = int((shown != result.window_ratings).sum())
+        notes = [_score_details({"empathy": score}, card)]
+        if clipped:
+            notes.append(f"- {clipped} of {len(seconds)} window scores were outside the scale and are drawn clipped")
+        notes += [f"- {w}" for w in result.warnings]
+        return round(value, 2), str(path), f"scored {len(seconds)} windows\n" + "\n".join(notes)
 
     submit.click(on_score, [video, audio, transcript_file, transcript_text, story], [rating, timeline, status])
 
 
-def build_app(text_scorer=None, clip_scorer: ClipScorer | None = None,
+def build_app(text_scorer: TextModel | None = None, clip_scorer: ClipScorer | None = None,
               flag_csv: str | Path = "flagged.csv") -> gr.Blocks:
     """The Blocks app with a tab per loaded model."""
     if text_scorer is None and clip_scorer is None:
@@ -147,8 +186,16 @@ def build_app(text_scorer=None, clip_scorer: ClipScorer | None = None,
     return app
 
 
-def launch(app: gr.Blocks, host: str, port: int | None, block: bool = True):
-    """Serve locally: no share link, offline theme; returns (fastapi app, local url, share url)."""
+def launch(app: gr.Blocks, host: str, port: int | None, block: bool = True, max_upload_mb: float | None = None):
+    """Serve locally: no share link, offline theme; uploads past `max_upload_mb` are refused while they
+    stream to disk. Returns (fastapi app, local url, share url)."""
     return app.queue().launch(server_name=host, server_port=port, share=False, theme=OFFLINE_THEME,
                               prevent_thread_lock=not block, quiet=not block, footer_links=["settings"],
-                              allowed_paths=[])
+                              allowed_paths=[], max_file_size=f"{max_upload_mb:g}mb" if max_upload_mb else None)
+
+
+def models_from_config(cfg) -> tuple[TextModel | None, ClipScorer | None]:
+    """The models serve.py's config names (conf/serve.yaml): checkpoint files or run folders (their best)."""
+    text = TextModel(cfg.text_ckpt_path, cfg.accelerator) if cfg.text_ckpt_path else None
+    clip = ClipScorer(cfg.ckpt_path, cfg.max_upload_mb, cfg.accelerator) if cfg.ckpt_path else None
+    return text, clip

@@ -99,6 +99,7 @@ class TextDataConfig:
     levels: Optional[List[int]] = None           # [low, high] rating scale for Acc / F1 / QWK; null = inferred
     max_rows: Optional[int] = None               # seeded subsample of the table (null = every row)
     num_workers: int = 0
+    generated: bool = False                      # a generated table (text/synthetic.py): the web app shows a demo banner
 
     def __post_init__(self) -> None:
         levels = self.levels

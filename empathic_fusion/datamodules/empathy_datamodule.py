@@ -2,7 +2,11 @@
 
 prepare_data: (demo only) generate the dataset, validate it, bring the feature store up to date
 for the selected modalities. setup: windows per rating, the persisted participant split,
-normalisation statistics from the training split, and the three window datasets. Loaders
+normalisation statistics from the training split, and the three window datasets. With
+`predict=True` there is no split: setup builds one `predict` split over every (session, story) of
+the dataset (ratings.csv's pairs; a session without ratings is scored against every story),
+z-scored with the given `stats` (a checkpoint's training statistics); the app scores an uploaded
+clip this way (empathic_fusion/app/clip.py), through `trainer.predict`. Loaders
 (`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
 (empathic_fusion/datamodules/window_gather.py), on the training device when the arrays fit `device_memory_gb`;
 `loader: reference` is the per-window `WindowDataset` the batched loader is proven equal to.
@@ -15,10 +19,12 @@ from typing import Any
 
 import lightning as L
 import numpy as np
+import pandas as pd
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
+from empathic_fusion.dataset.contract import RATING_RANGE
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
@@ -44,7 +50,8 @@ class EmpathyDataModule(L.LightningDataModule):
                  normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
                  extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
                  on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0,
-                 allow_shared_media: bool = False):
+                 allow_shared_media: bool = False, predict: bool = False,
+                 stats: dict[str, tuple[Any, Any]] | None = None):
         super().__init__()
         unknown = set(modalities) - set(MODALITIES)
         if not modalities or unknown:
@@ -76,6 +83,10 @@ class EmpathyDataModule(L.LightningDataModule):
         self.loader = loader
         self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
         self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
+        self.predict = bool(predict)  # one predict split over the whole dataset, z-scored with `stats`
+        self.predict_stats = {m: (np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32))
+                              for m, (mean, std) in (stats or {}).items()}
+        self.extraction_report = None  # what prepare_data's extraction did (failures, warnings)
         self.datasets: dict[str, WindowBatches | WindowDataset] = {}
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
@@ -97,6 +108,7 @@ class EmpathyDataModule(L.LightningDataModule):
         log.info(report.summary())
         for warning in report.warnings:
             warn_data(warning)
+        self.extraction_report = report
         self._prepared = True
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -201,12 +213,14 @@ class EmpathyDataModule(L.LightningDataModule):
                                  f"{self.modalities}: " + ", ".join(f"{s} ({n})" for s, n in dropped.items()))
         return windows[keep].reset_index(drop=True)
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
-            return
+    def _read_windows(self, ratings_of=None) -> tuple[EmpathyDataset, FeatureStore, dict, dict, dict, pd.DataFrame]:
+        """The dataset, its store, story embeddings' entry, frames and speech per session and the windows
+        of every rating (of `ratings_of(dataset)` when given) that has a valid frame; setup's first half,
+        shared by the train/val/test and the predict splits."""
         store = FeatureStore(self.store_dir)
         dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash)
         self.warnings = list(dataset.warnings)
+        self.generated = self.demo is not None or dataset.generated
         stories = store.entry(DATASET_KEY, "stories")
         if stories is None:
             raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
@@ -218,12 +232,23 @@ class EmpathyDataModule(L.LightningDataModule):
             audio = store.entry(sid, "audio") if "audio" in self.modalities else None
             voiced = store.load(sid, "audio", "voiced") if audio and "voiced" in audio["arrays"] else None
             speaking[sid] = speech_mask(dataset.transcripts[sid], n, dataset.fps, voiced, policy)
-        windows, notes = build_windows(dataset.ratings, dataset.transcripts, session_frames, self.scenario,
+        self.ratings = ratings_of(dataset) if ratings_of is not None else dataset.ratings
+        windows, notes = build_windows(self.ratings, dataset.transcripts, session_frames, self.scenario,
                                        dataset.fps, self.window_frames, self.stride_seconds)
         self.warnings += notes
         windows = self._drop_empty_windows(windows, store, session_frames, speaking, missing)
         if windows.empty:
             raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
+        return dataset, store, stories, session_frames, speaking, windows
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        if self.predict:
+            self._setup_predict()
+            return
+        dataset, store, stories, session_frames, speaking, windows = self._read_windows()
+        missing = self.missing
         # split the participants who have windows: one listed without sessions or ratings takes no place
         rated = sorted(set(dataset.ratings.participant_id.loc[windows.rating_index]))
         if self.cv_folds:
@@ -240,7 +265,6 @@ class EmpathyDataModule(L.LightningDataModule):
         self.split_assignment = assignment
         self._check_splits(windows, len(rated))
         self.windows = windows
-        self.ratings = dataset.ratings
         train_windows = windows[windows.split == "train"]
         self.branch_dims = {b: self._branch_dim(store, b, session_frames)
                             for m in self.modalities for b in self.branches[m]}
@@ -269,6 +293,34 @@ class EmpathyDataModule(L.LightningDataModule):
             warn_data(warning)  # once per run, also when prepare_data's extraction found it
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
 
+    def _setup_predict(self) -> None:
+        """The predict split: every rated (session, story) pair, and every story for an unrated session
+        (target NaN), read by the per-window loader (memory-mapped, so a long session is never held
+        whole in memory), z-scored with the given training statistics."""
+        unknown = [m for m in self.normalize if m not in self.predict_stats]
+        if unknown:
+            raise ValueError(f"the predict split z-scores {unknown} with a checkpoint's training statistics, and "
+                             f"none were given for {unknown} (stats=...; a checkpoint keeps them, see "
+                             "EmpathyModule.normalization)")
+        dataset, store, stories, session_frames, speaking, windows = self._read_windows(predict_ratings)
+        windows["split"] = "predict"
+        self.windows, self.split_hash, self.split_assignment = windows, None, {}
+        self.branch_dims = {b: self._branch_dim(store, b, session_frames)
+                            for m in self.modalities for b in self.branches[m]}
+        self.stats = {m: self.predict_stats[m] for m in self.normalize}
+        embeddings = np.asarray(store.load(DATASET_KEY, "stories", "embeddings"), dtype=np.float32)
+        source = FrameSource(store, self.branches, self.branch_dims, session_frames, speaking, self.stats,
+                             self.missing)
+        self.input_dims = {**source.dims, "story": int(embeddings.shape[1]), "traits": len(TRAIT_COLUMNS)}
+        self.datasets["predict"] = WindowDataset(source, windows, self.ratings, self.window_frames, embeddings,
+                                                 {s: i for i, s in enumerate(stories["story_ids"])},
+                                                 dataset.participants[list(TRAIT_COLUMNS)])
+        self.train_target_mean = float("nan")
+        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
+                                                 excluded=self.unused_branches)
+        for warning in self.warnings:
+            warn_data(warning)
+
     def _branch_dim(self, store: FeatureStore, branch: str, session_frames: dict[str, int]) -> int:
         """Per-frame width of a branch, read from the first session that has it."""
         for sid in session_frames:
@@ -278,11 +330,16 @@ class EmpathyDataModule(L.LightningDataModule):
         raise RuntimeError(f"no session has {branch} features in {store.root}")
 
     def describe(self) -> dict[str, Any]:
-        """What a checkpoint records about the data it was trained on."""
+        """What a checkpoint records about the data it was trained on (the web app's model card shows
+        the name, sessions, ratings, label, scale and whether the data were generated)."""
+        rated = self.ratings.loc[self.windows.rating_index.unique()]
         return {"dataset": self.name, "scenario": self.scenario, "modalities": self.modalities,
                 "input_dims": self.input_dims, "window_frames": self.window_frames, "split_hash": self.split_hash,
                 "feature_manifest_hash": self.manifest_hash,
-                "windows": {s: len(d) for s, d in self.datasets.items()}}
+                "windows": {s: len(d) for s, d in self.datasets.items()},
+                "sessions": int(rated.session_id.nunique()), "participants": int(rated.participant_id.nunique()),
+                "ratings": int(len(rated)), "labels": ["empathy"], "scale": list(RATING_RANGE),
+                "generated": bool(self.generated)}
 
     # ---- loaders -------------------------------------------------------------------------------
     def _training_device(self) -> torch.device:
@@ -320,3 +377,19 @@ class EmpathyDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader("test", None)
+
+    def predict_dataloader(self) -> DataLoader:
+        if "predict" not in self.datasets:
+            raise RuntimeError("the predict split exists when the datamodule is built with predict=True "
+                               "(and stats=, a checkpoint's training statistics)")
+        return DataLoader(self.datasets["predict"], batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+def predict_ratings(dataset: EmpathyDataset) -> pd.DataFrame:
+    """What the predict split scores: ratings.csv's (session, story) pairs with their ratings, and for a
+    session with no rating one row per story with an unknown (NaN) rating."""
+    rated = set(dataset.ratings.session_id)
+    unrated = [(sid, story, np.nan, dataset.sessions.participant_id[sid])
+               for sid in dataset.sessions.index if sid not in rated for story in dataset.stories.index]
+    extra = pd.DataFrame(unrated, columns=["session_id", "story_id", "empathy", "participant_id"])
+    return pd.concat([dataset.ratings, extra], ignore_index=True) if len(extra) else dataset.ratings

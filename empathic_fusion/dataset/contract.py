@@ -71,6 +71,7 @@ class EmpathyDataset:
     stories: pd.DataFrame  # index story_id; text
     ratings: pd.DataFrame  # session_id, story_id, empathy (float), participant_id
     warnings: list[str] = field(default_factory=list)
+    generated: bool = False  # dataset.yaml `generated: true`: made by a generator (the demo), not recorded
 
     def transcript_path(self, session_id: str) -> Path:
         return self.root / "transcripts" / f"{session_id}.csv"
@@ -344,6 +345,9 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
         problem = _fps_problem(meta.get("fps"))
         if problem:
             problems.append(Problem("dataset.yaml", _yaml_key_line(text, "fps"), "fps", problem))
+        if not isinstance(meta.get("generated", False), bool):
+            problems.append(Problem("dataset.yaml", _yaml_key_line(text, "generated"), "generated",
+                                    f"must be true or false, got {meta['generated']!r}"))
     participants = _load_participants(root, problems)
     warnings: list[str] = []
     sessions = _load_sessions(root, participants, problems, warnings,
@@ -367,4 +371,5 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
         raise DatasetError(root, problems)
     return EmpathyDataset(root=root, name=str(meta.get("name", root.name)), fps=float(meta["fps"]),
                           participants=participants, sessions=sessions, transcripts=transcripts,
-                          stories=stories, ratings=ratings, warnings=warnings)
+                          stories=stories, ratings=ratings, warnings=warnings,
+                          generated=bool(meta.get("generated", False)))

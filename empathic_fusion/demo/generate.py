@@ -219,7 +219,7 @@ def generate_demo(out: str | Path, cfg: DemoConfig = DemoConfig(), workers: int 
     try:
         (work / "media").mkdir()
         (work / "transcripts").mkdir()
-        (work / "dataset.yaml").write_text(yaml.safe_dump({"name": "demo", "fps": cfg.fps}))
+        (work / "dataset.yaml").write_text(yaml.safe_dump({"name": "demo", "fps": cfg.fps, "generated": True}))
         for name, table in tables.items():
             table.to_csv(work / f"{name}.csv", index=False)
         for sid, transcript in transcripts.items():

@@ -170,6 +170,10 @@ class EmpathyModule(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "test")
 
+    def predict_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """Predicted empathy per window on the cosine scale (a datamodule's predict split, in order)."""
+        return self(batch)
+
     def _epoch_end(self, stage: str) -> None:
         store = self.collected[f"{stage}_outputs"]
         if store["pred"].update_count == 0:

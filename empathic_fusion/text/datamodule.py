@@ -3,13 +3,18 @@
 Like the fusion datamodule, a run tests one fold (`cv_fold` of `cv_folds`); a sweep over
 `data.cv_fold` covers them all and `evaluate.py sweep_dir=` aggregates the folds. `cv_fold=null`
 trains on every row (a validation part still held out for checkpoints) and tests nothing;
-`test_all=true` tests every row (scoring a new table with a trained checkpoint).
+`test_all=true` tests every row (scoring a new table with a trained checkpoint). `predict=true`
+makes every row of the table the predict split (`trainer.predict`): labels are not needed, a
+`previous_turns` column gives that field directly, and the persona encoder and target statistics
+must come from a checkpoint (`apply_fitted`, or `for_checkpoint`); the app and `TextScorer` score
+typed text this way.
 Persona encoder and target statistics are fitted on the training rows only (or come from a
 checkpoint, `apply_fitted`). Batches carry the raw strings of every field, persona ids / numbers,
 targets and row indices, and, with a frozen `embedder` attached, the cached field embeddings.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +24,9 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from empathic_fusion.text.data import (PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split, labels, read_table,
-                           text_fields, validate)
 from empathic_fusion.metrics import infer_levels
+from empathic_fusion.text.data import (PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split,
+                                      labels, read_table, text_fields, validate)
 
 
 class _Rows(Dataset):
@@ -44,7 +49,7 @@ class TextDataModule(L.LightningDataModule):
                  cv_folds: int = 5, cv_fold: int | None = 0, test_all: bool = False, val_fraction: float = 0.1,
                  batch_size: int = 64, split_seed: int = 0, levels: list[int] | None = None,
                  max_rows: int | None = None, name: str = "text", num_workers: int = 0,
-                 table: pd.DataFrame | None = None):
+                 table: pd.DataFrame | None = None, generated: bool = False, predict: bool = False):
         super().__init__()
         as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
         self.path = path
@@ -54,6 +59,8 @@ class TextDataModule(L.LightningDataModule):
         self.n_folds, self.val_fraction, self.batch_size, self.split_seed = int(cv_folds), val_fraction, batch_size, split_seed
         self.cv_fold = cv_fold
         self.test_all = bool(test_all)
+        self.generated = bool(generated)  # the table was generated (the synthetic one), not annotated
+        self.predict = bool(predict)
         self.max_rows = max_rows
         self.num_workers = num_workers
         self._levels_cfg = tuple(levels) if levels else None
@@ -72,6 +79,9 @@ class TextDataModule(L.LightningDataModule):
         if self.folds is not None:
             return
         table = self.table if self.table is not None else read_table(self.path)
+        if self.predict:
+            self._setup_predict(table)
+            return
         validate(table, self.spec, Path(str(self.path)).name if self.path else "table")
         if self.max_rows and len(table) > self.max_rows:  # documented subsample (seeded)
             table = table.sample(n=self.max_rows, random_state=self.split_seed).sort_index()
@@ -81,6 +91,45 @@ class TextDataModule(L.LightningDataModule):
         self.levels = self._levels_cfg or infer_levels(self.targets)
         self.folds = [] if self.test_all else grouped_folds(self.table, self.spec, self.n_folds, self.split_seed)
         self.use_fold(None if self.test_all else self.cv_fold)
+
+    def _setup_predict(self, table: pd.DataFrame) -> None:
+        """Every row is the predict split; label columns are optional (NaN targets when absent)."""
+        spec = self.spec
+        needed = spec.text_columns + spec.context_columns + spec.persona_columns
+        missing = [c for c in dict.fromkeys(needed) if c not in table.columns]
+        if missing:
+            raise ValueError(f"rows to score lack column(s) {missing}; they have {list(table.columns)}")
+        if len(table) == 0:
+            raise ValueError("no rows to score")
+        self.table = table.reset_index(drop=True)
+        conversation = [c for c in (spec.group_column, spec.order_column) if c]
+        from_conversation = (spec.context_turns > 0 and PREVIOUS_TURNS not in table.columns and bool(conversation)
+                             and all(c in table.columns for c in conversation))
+        self.fields = text_fields(self.table, spec if from_conversation else replace(spec, context_turns=0))
+        if spec.context_turns > 0 and not from_conversation:  # the previous turns as given, or none
+            given = self.table[PREVIOUS_TURNS] if PREVIOUS_TURNS in self.table.columns else pd.Series([""] * len(self.table))
+            self.fields[PREVIOUS_TURNS] = given.fillna("").astype(str).tolist()
+        self.targets = np.stack([pd.to_numeric(self.table[c], errors="coerce").to_numpy(np.float32)
+                                 if c in self.table.columns else np.full(len(self.table), np.nan, np.float32)
+                                 for c in spec.label_columns], axis=1)
+        self.levels = self._levels_cfg
+        self.folds, self.fold = [], None
+        self.train_rows, self.val_rows = np.arange(0), np.arange(0)
+        self.test_rows = np.arange(len(self.table))
+
+    @classmethod
+    def for_checkpoint(cls, data_cfg: dict[str, Any], fitted: dict[str, Any], rows: pd.DataFrame,
+                       embedder=None) -> "TextDataModule":
+        """A predict split over `rows` with a checkpoint's data config and fitted state (its
+        `data_info`: persona vocabulary, target statistics), set up and ready for trainer.predict."""
+        keep = {k: v for k, v in data_cfg.items() if not k.startswith("_")}
+        keep.update(path=None, table=rows, predict=True, cv_fold=None, test_all=False, max_rows=None, batch_size=64)
+        datamodule = cls(**keep)
+        datamodule.setup("predict")
+        datamodule.apply_fitted(PersonaEncoder.from_state(fitted["persona"]), np.asarray(fitted["target_mean"]),
+                                np.asarray(fitted["target_std"]))
+        datamodule.embedder = embedder
+        return datamodule
 
     def all_texts(self) -> list[str]:
         return [t for values in self.fields.values() for t in values]
@@ -153,7 +202,15 @@ class TextDataModule(L.LightningDataModule):
         return self._loader(self.test_rows, False)
 
     def predict_dataloader(self) -> DataLoader:
+        """Every row of a predict datamodule (predict=True); else the test rows."""
         return self._loader(self.test_rows, False)
+
+    def scale(self) -> list[float] | None:
+        """The label scale: the configured or inferred integer levels, else the labels' observed range."""
+        if self.levels:
+            return [float(self.levels[0]), float(self.levels[1])]
+        finite = self.targets[np.isfinite(self.targets)]
+        return [float(finite.min()), float(finite.max())] if finite.size else None
 
     def groups(self, rows: np.ndarray) -> list[str]:
         """The group (writer / conversation) of each row, or the row number without a group column."""
@@ -161,7 +218,10 @@ class TextDataModule(L.LightningDataModule):
         return [str(v) for v in self.table[column].to_numpy()[rows]] if column else [str(r) for r in rows]
 
     def describe(self) -> dict:
+        """What a checkpoint records about its data (the web app's model card shows name, rows, labels,
+        scale and whether the table was generated)."""
         return {"name": self.name, "rows": len(self.table), "fields": self.spec.fields, "labels": self.spec.label_columns,
+                "scale": self.scale(), "generated": self.generated,
                 "group_column": self.spec.group_column, "persona_columns": self.spec.persona_columns,
                 "cv_folds": self.n_folds, "cv_fold": self.fold, "levels": list(self.levels) if self.levels else None,
                 "train_rows": len(self.train_rows), "val_rows": len(self.val_rows), "test_rows": len(self.test_rows)}

@@ -3,33 +3,37 @@
 The checkpoint describes itself (empathic_fusion/text/model.py): net and encoder config, fields, labels,
 persona vocabulary and target scaling; a frozen encoder's weights are not in it (they are reloaded
 from the encoder folder, whose identity hash is checked). `serve.py` and the robustness report
-score through `TextScorer`.
+score through `TextScorer`, which runs the module's `predict_step` with `trainer.predict` over a predict
+split of the text datamodule (`TextDataModule.for_checkpoint`): the batches are built as in training.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import lightning as L
 import numpy as np
 import pandas as pd
 import torch
 
 from empathic_fusion.text.data import PersonaEncoder
+from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.model import OVERALL, TextEmpathyModule
 
 
 class TextScorer:
     """Scores texts with a trained module: one score per label plus the overall mean."""
 
-    def __init__(self, module: TextEmpathyModule):
+    def __init__(self, module: TextEmpathyModule, accelerator: str = "cpu"):
         self.module = module.eval()
+        self.accelerator = accelerator
 
     @classmethod
-    def load(cls, path: str | Path) -> "TextScorer":
+    def load(cls, path: str | Path, accelerator: str = "cpu") -> "TextScorer":
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"text checkpoint {path} does not exist (python train.py "
                                     "experiment=text_empathetic_exchanges writes <run>/checkpoints/*.ckpt)")
-        return cls(TextEmpathyModule.load_from_checkpoint(path, map_location="cpu", weights_only=False))
+        return cls(TextEmpathyModule.load_from_checkpoint(path, map_location="cpu", weights_only=False), accelerator)
 
     @property
     def persona(self) -> PersonaEncoder:
@@ -45,19 +49,25 @@ class TextScorer:
         names = list(self.module.label_names)
         return names + [OVERALL] if len(names) > 1 else names
 
-    def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
-        """Scores for N rows; a field left out is empty text, persona left out is 'unknown'."""
+    def datamodule(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> TextDataModule:
+        """The rows as a predict split of the checkpoint's text datamodule; a field left out is empty
+        text, persona left out is 'unknown'."""
         n = max(len(v) for v in fields.values())
-        texts = {f: list(fields.get(f, [""] * n)) for f in self.fields}
-        if persona is None:
-            persona = pd.DataFrame({c: [None] * n for c in self.persona.columns})
-        ids, numeric = self.persona.transform(persona)
-        batch = {"texts": texts, "persona_ids": torch.from_numpy(ids), "persona_numeric": torch.from_numpy(numeric)}
-        encoder = self.module.frozen_encoder
-        if encoder is not None:  # frozen: embeddings from the (caching) encoder
-            batch["embeddings"] = torch.cat([encoder(texts[f]) for f in self.fields], dim=-1).float()
-        with torch.no_grad():
-            pred = self.module(batch).cpu().numpy()
+        rows = pd.DataFrame({f: list(fields.get(f, [""] * n)) for f in self.fields})
+        for column in self.persona.columns:
+            rows[column] = persona[column].to_numpy() if persona is not None and column in persona else None
+        info = self.module.hparams.data_info
+        data_cfg = (self.module.hparams.run_config or {}).get("data") or {
+            "text_columns": list(info["fields"]), "label_columns": list(info["labels"]),
+            "persona_columns": list(self.persona.columns), "levels": info.get("levels")}
+        return TextDataModule.for_checkpoint(data_cfg, info, rows, self.module.frozen_encoder)
+
+    def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+        """Scores for N rows (raw: not clipped to the label scale), through trainer.predict."""
+        datamodule = self.datamodule(fields, persona)
+        trainer = L.Trainer(accelerator=self.accelerator, devices=1, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False)
+        pred = torch.cat(trainer.predict(self.module, datamodule=datamodule)).float().cpu().numpy()
         out = {name: pred[:, j] for j, name in enumerate(self.module.label_names)}
         if len(self.module.label_names) > 1:
             out[OVERALL] = pred.mean(1)

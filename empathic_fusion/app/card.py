@@ -1,0 +1,216 @@
+"""The model card each tab of the app shows: which model and checkpoint, the data it was trained on,
+the test metrics of the run that produced it, when and from which commit, and how far to trust a score.
+
+Everything comes from the checkpoint (its header `checkpoint["empathic_fusion"]`, its hyperparameters)
+and from the run folder beside it (`<run>/checkpoints/x.ckpt` -> `<run>/test_metrics.json`,
+`<run>/run_info.json`), never from the data folder, which may not be on the serving machine.
+
+Scores are clipped to the label scale of the training data (the page says when a raw score fell
+outside it). The interval shown with a score is +-1.96 x the test RMSE of the run (on the label
+scale): about a 95% interval if the test errors were normal with that spread; it is the same width
+for every input, so it says how far the model was off on average, not how sure it is about one input.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from empathic_fusion.dataset.contract import RATING_RANGE
+
+HEADER_KEY = "empathic_fusion"
+TEXT_HEADER_KEY = "empathic_text"
+Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
+BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
+          "not real empathy.")
+
+
+@dataclass(frozen=True)
+class TestMetrics:
+    """One output's test metrics; mse and rmse on the label scale."""
+
+    r: float | None
+    r_low: float | None = None
+    r_high: float | None = None
+    mse: float | None = None
+
+    @property
+    def rmse(self) -> float | None:
+        return math.sqrt(self.mse) if self.mse is not None and self.mse >= 0 else None
+
+
+@dataclass
+class ModelCard:
+    kind: str  # "text" or "fusion"
+    model: str  # module class and net, e.g. "EmpathyModule: LFLSTM on video+audio+text"
+    checkpoint: Path
+    data: dict[str, Any]  # name, sessions/rows, labels, scale, generated (a datamodule's describe())
+    test: dict[str, TestMetrics] = field(default_factory=dict)  # per output name
+    confidence: float | None = None  # of the bootstrap CI
+    metrics_source: str = ""  # where the test metrics were read
+    metrics_note: str = ""  # e.g. the metrics are of another checkpoint of the run
+    date: str = "unknown"
+    commit: str = "unknown"
+
+    @property
+    def generated(self) -> bool:
+        return bool(self.data.get("generated"))
+
+    @property
+    def scale(self) -> tuple[float, float] | None:
+        scale = self.data.get("scale")
+        return (float(scale[0]), float(scale[1])) if scale else None
+
+    def banner(self) -> str | None:
+        """The demo-model warning for a checkpoint trained on generated data, else None."""
+        return BANNER.format(name=self.data.get("name") or "unnamed") if self.generated else None
+
+    def clip(self, value: float) -> tuple[float, bool]:
+        """The score clipped to the label scale, and whether the raw score was outside it."""
+        if self.scale is None or not math.isfinite(value):
+            return value, False
+        low, high = self.scale
+        return min(max(value, low), high), not low <= value <= high
+
+    def interval(self, output: str) -> float | None:
+        """Half-width of the score's interval: 1.96 x the test RMSE of this output (None: not measured)."""
+        metrics = self.test.get(output)
+        rmse = metrics.rmse if metrics is not None else None
+        return Z95 * rmse if rmse is not None else None
+
+    def markdown(self) -> str:
+        data = self.data
+        labels = ", ".join(data.get("labels") or []) or "unknown"
+        scale = f"{self.scale[0]:g}-{self.scale[1]:g}" if self.scale else "unknown (scores are not clipped)"
+        size = ", ".join(f"{data[k]} {k}" for k in ("rows", "sessions", "participants", "ratings") if data.get(k) is not None)
+        lines = [f"**Model:** {self.model}", f"**Checkpoint:** `{self.checkpoint}`",
+                 f"**Training data:** {data.get('name') or 'unknown'}" + (f" ({size})" if size else "")
+                 + f"; label {labels}, scale {scale}" + ("; generated data" if self.generated else ""),
+                 f"**Test metrics** ({self.metrics_source or 'none recorded'}): " + self._metrics_text()]
+        if self.metrics_note:
+            lines.append(f"*{self.metrics_note}*")
+        lines.append(f"**Trained:** {self.date}, commit `{self.commit}`")
+        lines.append("**Interval shown with a score:** +-1.96 x the test RMSE (about 95% if test errors were "
+                     "normal; the same width for every input)")
+        return "\n\n".join(lines)
+
+    def _metrics_text(self) -> str:
+        if not self.test:
+            return "not recorded for this checkpoint (no test_metrics.json beside its run); no interval"
+        level = f"{self.confidence:.0%} " if self.confidence else ""
+        parts = []
+        for name, m in self.test.items():
+            r = "r n/a" if m.r is None else f"r {m.r:.3f}"
+            if m.r is not None and m.r_low is not None and m.r_high is not None:
+                r += f" ({level}bootstrap CI {m.r_low:.3f} to {m.r_high:.3f})"
+            mse = f", MSE {m.mse:.3f}" if m.mse is not None else ""
+            parts.append(f"{name}: {r}{mse}")
+        return "; ".join(parts)
+
+
+# ---- reading a card from a checkpoint --------------------------------------------------------------
+
+def run_folder(ckpt_path: Path) -> Path:
+    """<run>/checkpoints/x.ckpt -> <run>; a checkpoint outside a checkpoints/ folder: its own folder."""
+    return ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _training_date(header: dict[str, Any], ckpt_path: Path) -> str:
+    if header.get("date"):
+        return str(header["date"])
+    stamp = dt.datetime.fromtimestamp(ckpt_path.stat().st_mtime, tz=dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _confidence(summary: dict[str, Any], run: Path) -> float | None:
+    if summary.get("confidence") is not None:
+        return float(summary["confidence"])
+    config = run / ".hydra" / "config.yaml"  # the run's own config: evaluation.confidence
+    try:
+        value = ((yaml.safe_load(config.read_text()) or {}).get("evaluation") or {}).get("confidence")
+    except (OSError, yaml.YAMLError):
+        return None
+    return float(value) if value is not None else None
+
+
+def _metrics(values: dict[str, Any], ci: dict[str, Any] | None, mse_factor: float) -> TestMetrics:
+    pearson = (ci or {}).get("pearson") or {}
+    mse = values.get("mse")
+    return TestMetrics(r=values.get("pearson"), r_low=pearson.get("low"), r_high=pearson.get("high"),
+                       mse=None if mse is None else float(mse) * mse_factor)
+
+
+def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
+    """Card of a fusion checkpoint. Its test report gives MSE on the cosine scale (rating - 3) / 2; the
+    card shows it on the rating scale (x 4)."""
+    header = checkpoint.get(HEADER_KEY) or {}
+    hparams = checkpoint.get("hyper_parameters") or {}
+    run_config = hparams.get("run_config") or {}
+    data = dict(header.get("data") or hparams.get("data_info") or {})
+    data.setdefault("name", data.get("dataset") or (run_config.get("data") or {}).get("name"))
+    data.setdefault("labels", ["empathy"])
+    data.setdefault("scale", list(RATING_RANGE))
+    if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
+        data["generated"] = (run_config.get("data") or {}).get("demo") is not None
+    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
+    model = f"EmpathyModule: {net} on {'+'.join(hparams.get('modalities') or [])}"
+    run = run_folder(ckpt_path)
+    summary = _read_json(run / "test_metrics.json")
+    rating = ((summary.get("model") or {}).get("rating")) or {}
+    test = {"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), 4.0)} if rating else {}
+    return ModelCard("fusion", model, ckpt_path, data, test, _confidence(summary, run),
+                     _source(run, summary), metrics_note, _training_date(header, ckpt_path),
+                     _commit(header, run))
+
+
+def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
+    """Card of a text checkpoint: per label (and the overall mean) its test r, CI when recorded, MSE."""
+    header = checkpoint.get(HEADER_KEY) or {}
+    text_header = checkpoint.get(TEXT_HEADER_KEY) or {}
+    hparams = checkpoint.get("hyper_parameters") or {}
+    run_config = hparams.get("run_config") or {}
+    run = run_folder(ckpt_path)
+    summary = _read_json(run / "test_metrics.json")
+    info = hparams.get("data_info") or {}
+    data = {**info, **(summary.get("data") or {}), **(header.get("data") or {})}
+    data_cfg = run_config.get("data") or {}
+    data.setdefault("name", data_cfg.get("name"))
+    data.setdefault("generated", bool(data_cfg.get("generated", False)))
+    if not data.get("scale") and data.get("levels"):
+        data["scale"] = list(data["levels"])
+    encoder = (text_header.get("encoder") or {}).get("model_path") or "packaged encoder"
+    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
+    model = f"TextEmpathyModule: {net} over {Path(str(encoder)).name}"
+    labels = list(info.get("labels") or data.get("labels") or [])
+    test: dict[str, TestMetrics] = {}
+    baselines = set(summary.get("baselines") or {})
+    ci = summary.get("ci") or {}
+    for output, rows in (summary.get("outputs") or {}).items():
+        own = [values for row, values in rows.items() if row not in baselines]
+        if own:
+            test[output] = _metrics(own[0], (ci.get(output) or {}) if output in ci else None, 1.0)
+    if not test and (summary.get("model") or {}).get("rating"):
+        main = "overall" if len(labels) > 1 else (labels[0] if labels else "score")
+        test[main] = _metrics(summary["model"]["rating"], ci.get("rating"), 1.0)
+    return ModelCard("text", model, ckpt_path, data, test, _confidence(summary, run), _source(run, summary),
+                     metrics_note, _training_date(header, ckpt_path), _commit(header, run))
+
+
+def _source(run: Path, summary: dict[str, Any]) -> str:
+    return f"{run.name}/test_metrics.json" if summary else ""
+
+
+def _commit(header: dict[str, Any], run: Path) -> str:
+    return str(header.get("commit") or _read_json(run / "run_info.json").get("git_commit") or "unknown")
