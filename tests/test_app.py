@@ -125,6 +125,7 @@ def test_predict_split_needs_the_checkpoint_statistics(tiny_dataset, tiny_store)
         datamodule.setup("predict")
 
 
+@pytest.mark.slow
 def test_text_predict_split_scores_like_the_test_fold(text_run):
     """The test fold's rows scored through TextScorer (a predict split and trainer.predict) give the
     predictions trainer.test wrote, persona included."""
@@ -190,6 +191,7 @@ class _ValLosses(L.Callback):
             self.losses.append(float(trainer.callback_metrics["val/loss"]))
 
 
+@pytest.mark.slow
 def test_a_run_folder_serves_its_best_checkpoint_not_the_last(tmp_path):
     """A learning rate far too high: validation loss is best early and worse at the last epoch. Serving the
     run folder serves the monitored best (and says which), not last.ckpt."""
