@@ -106,7 +106,7 @@ def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_datase
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     pred = torch.cat(trainer.predict(scorer.model, datamodule=datamodule))
     windows = datamodule.datasets["predict"].windows
-    means, _, ids = aggregate_by_rating(pred, torch.zeros_like(pred), torch.as_tensor(windows.rating_index.to_numpy()))
+    means, _, ids = aggregate_by_rating(pred, torch.zeros_like(pred), torch.tensor(windows.rating_index.to_numpy(dtype=np.int64)))
     ratings = datamodule.ratings.loc[ids.numpy()]
     predicted = dict(zip(zip(ratings.session_id, ratings.story_id), target_to_rating(means.numpy())))
     test = pd.read_csv(out / "test_predictions.csv")

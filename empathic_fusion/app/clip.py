@@ -225,7 +225,7 @@ class ClipScorer:
             pred = torch.cat(trainer.predict(self.model, datamodule=datamodule)).float().cpu()
             data = datamodule.datasets["predict"]
             starts = data.windows.start.to_numpy()
-            rating_index = torch.as_tensor(data.windows.rating_index.to_numpy())
+            rating_index = torch.tensor(data.windows.rating_index.to_numpy(dtype=np.int64))
             clip_pred, _, _ = aggregate_by_rating(pred, torch.zeros_like(pred), rating_index)
             face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
                     if "face" in datamodule.branch_dims else None)
