@@ -7,7 +7,7 @@ Defaults live here; a dataset's YAML names its schema (`defaults: [schema_fusion
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from omegaconf import II, MISSING
 
@@ -38,7 +38,7 @@ class FusionDataConfig:
     scenario: str = "story_share"                # story_share | reflection
     window_frames: int = 120                     # k = 120 frames = 8 s at 15 fps (paper, section 3)
     stride_seconds: float = 1.0                  # windows slid every second
-    split_fractions: List[float] = field(default_factory=lambda: [0.7, 0.2, 0.1])  # participant-level (Appendix B)
+    split_fractions: Tuple[float, ...] = (0.7, 0.2, 0.1)  # participant-level train/val/test (Appendix B)
     split_seed: int = 0
     cv_folds: int = 0                            # K > 1: participant-grouped K-fold; sweep data.cv_fold=0,...,K-1
     cv_fold: int = 0                             # the fold that is the test split (val from the others)
@@ -47,7 +47,7 @@ class FusionDataConfig:
     num_workers: int = 0
     loader: str = "batched"                      # batched (whole batches from frame arrays) | reference (WindowDataset)
     device_memory_gb: float = 8.0                # frame arrays on the training device up to this size, else host memory
-    normalize: List[str] = field(default_factory=lambda: ["video", "audio"])  # z-scored with training statistics
+    normalize: Tuple[str, ...] = ("video", "audio")  # z-scored per feature with training-split statistics
     extract_workers: int = 2
     on_stale: str = "mask"                       # stale or damaged stored features: mask (warn) | error
     allow_shared_media: bool = False             # one media file (same sha256) in two participants' sessions:

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from empathic_fusion.config.data import LOADERS, STALE_POLICIES, FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.contract import RATING_RANGE
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
@@ -39,18 +40,21 @@ from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_
 from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
-STALE_POLICIES = ("mask", "error")
+
+
+_D = FusionDataConfig  # every default of the data group lives in its schema (empathic_fusion/config/data.py)
 
 
 class EmpathyDataModule(L.LightningDataModule):
     def __init__(self, dataset_dir: str, store_dir: str, modalities: list[str], features: dict[str, Any],
-                 name: str = "custom", scenario: str = "story_share", window_frames: int = 120,
-                 stride_seconds: float = 1.0, split_fractions: tuple[float, float, float] = (0.7, 0.2, 0.1),
-                 split_seed: int = 0, oversample: bool = True, batch_size: int = 64, num_workers: int = 0,
-                 normalize: tuple[str, ...] = ("video", "audio"), demo: dict[str, Any] | None = None,
-                 extract_workers: int = 2, seed: int = 0, cv_folds: int = 0, cv_fold: int = 0,
-                 on_stale: str = "mask", loader: str = "batched", device_memory_gb: float = 8.0,
-                 allow_shared_media: bool = False, predict: bool = False,
+                 name: str = _D.name, scenario: str = _D.scenario, window_frames: int = _D.window_frames,
+                 stride_seconds: float = _D.stride_seconds, split_fractions: tuple[float, ...] = _D.split_fractions,
+                 split_seed: int = _D.split_seed, oversample: bool = _D.oversample, batch_size: int = _D.batch_size,
+                 num_workers: int = _D.num_workers, normalize: tuple[str, ...] = _D.normalize,
+                 demo: dict[str, Any] | None = None, extract_workers: int = _D.extract_workers, seed: int = 0,
+                 cv_folds: int = _D.cv_folds, cv_fold: int = _D.cv_fold, on_stale: str = _D.on_stale,
+                 loader: str = _D.loader, device_memory_gb: float = _D.device_memory_gb,
+                 allow_shared_media: bool = _D.allow_shared_media, predict: bool = False,
                  stats: dict[str, tuple[Any, Any]] | None = None):
         super().__init__()
         unknown = set(modalities) - set(MODALITIES)
@@ -78,8 +82,8 @@ class EmpathyDataModule(L.LightningDataModule):
         if on_stale not in STALE_POLICIES:
             raise ValueError(f"data.on_stale must be one of {list(STALE_POLICIES)}, got '{on_stale}'")
         self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
-        if loader not in ("batched", "reference"):
-            raise ValueError(f"data.loader must be batched or reference, got '{loader}'")
+        if loader not in LOADERS:
+            raise ValueError(f"data.loader must be one of {list(LOADERS)}, got '{loader}'")
         self.loader = loader
         self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
         self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
@@ -120,7 +124,7 @@ class EmpathyDataModule(L.LightningDataModule):
         from empathic_fusion.features.text_sbert import encoder_identity
 
         features = with_defaults(self.features)
-        identity = encoder_identity(features["text"].get("model_path"))
+        identity = encoder_identity(features["text"]["model_path"])
         frames, missing, unusable = {}, set(), []
         self.unused_branches: set[tuple[str, str]] = set()
         for sid in dataset.sessions.index:

@@ -157,7 +157,7 @@ def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: s
 def _text_identity(cfg: dict, text_identity: str | None) -> str:
     from empathic_fusion.features.text_sbert import encoder_identity
 
-    return text_identity or encoder_identity(cfg["text"].get("model_path"))
+    return text_identity or encoder_identity(cfg["text"]["model_path"])
 
 
 # Each branch's signature from (store, dataset, session, with_defaults config, text encoder identity);
@@ -285,13 +285,12 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
         if encoder is None:
             from empathic_fusion.features.text_sbert import SentenceEncoder
 
-            encoder = SentenceEncoder(text_cfg.get("model_path"), text_cfg.get("device", "cpu"),
-                                      int(text_cfg.get("batch_size", 64)))
+            encoder = SentenceEncoder(text_cfg["model_path"], text_cfg["device"], int(text_cfg["batch_size"]))
         return encoder
 
     from empathic_fusion.features.text_sbert import encoder_identity, extract_text
 
-    identity = encoder_identity(text_cfg.get("model_path"))
+    identity = encoder_identity(text_cfg["model_path"])
     if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
         story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}", "config": {},
                            "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from empathic_fusion.config.data import TextDataConfig
 from empathic_fusion.metrics import infer_levels
 from empathic_fusion.text.data import (PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split,
                                       labels, read_table, text_fields, validate)
@@ -40,16 +41,20 @@ class _Rows(Dataset):
         return int(self.rows[i])
 
 
+_T = TextDataConfig  # every default of a text table's data config lives in its schema (empathic_fusion/config/data.py)
+
+
 class TextDataModule(L.LightningDataModule):
     """Any CSV / JSONL of texts with numeric labels; see empathic_fusion/text/data.py for the column roles."""
 
     def __init__(self, path: str | None, text_columns: list[str], label_columns: list[str],
                  group_column: str | None = None, context_columns: list[str] | None = None,
-                 persona_columns: list[str] | None = None, order_column: str | None = None, context_turns: int = 0,
-                 cv_folds: int = 5, cv_fold: int | None = 0, test_all: bool = False, val_fraction: float = 0.1,
-                 batch_size: int = 64, split_seed: int = 0, levels: list[int] | None = None,
-                 max_rows: int | None = None, name: str = "text", num_workers: int = 0,
-                 table: pd.DataFrame | None = None, generated: bool = False, predict: bool = False):
+                 persona_columns: list[str] | None = None, order_column: str | None = None,
+                 context_turns: int = _T.context_turns, cv_folds: int = _T.cv_folds, cv_fold: int | None = _T.cv_fold,
+                 test_all: bool = _T.test_all, val_fraction: float = _T.val_fraction, batch_size: int = _T.batch_size,
+                 split_seed: int = _T.split_seed, levels: list[int] | None = None, max_rows: int | None = None,
+                 name: str = _T.name, num_workers: int = _T.num_workers, table: pd.DataFrame | None = None,
+                 generated: bool = False, predict: bool = False):
         super().__init__()
         as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
         self.path = path
