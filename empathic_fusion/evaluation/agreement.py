@@ -100,15 +100,14 @@ def agreement_table(frame: pd.DataFrame, pairs: dict[str, tuple[str, str]], item
 
 
 def to_markdown(table: pd.DataFrame, decimals: int = 3) -> str:
-    """Markdown with the "Talk, Listen, Connect" columns first (RMSE, Mean diff, Wasserstein dist), then the tests."""
+    """Markdown (pandas + tabulate) with the "Talk, Listen, Connect" columns first (RMSE, Mean diff,
+    Wasserstein dist), then the tests; p-values to `decimals` significant digits."""
     shown = [c for c in COLUMNS if c in table.columns]
-    lines = ["| | " + " | ".join(COLUMNS[c] for c in shown) + " |", "|---" * (len(shown) + 1) + "|"]
-    for _, row in table.iterrows():
-        cells = [str(int(row[c])) if c == "n" else f"{row[c]:.{decimals}g}" if c.endswith("_p") else f"{row[c]:.{decimals}f}"
-                 for c in shown]
-        name = row["label"] if row["label"] == f"{row['a']} vs {row['b']}" else f"{row['label']} ({row['a']} vs {row['b']})"
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    cells = pd.DataFrame({COLUMNS[c]: [str(int(v)) if c == "n" else f"{v:.{decimals}g}" if c.endswith("_p")
+                                       else f"{v:.{decimals}f}" for v in table[c]] for c in shown})
+    cells.index = [row["label"] if row["label"] == f"{row['a']} vs {row['b']}" else f"{row['label']} ({row['a']} vs {row['b']})"
+                   for _, row in table.iterrows()]
+    return cells.to_markdown(colalign=("left", *["right"] * len(shown)), disable_numparse=True)
 
 
 def _slug(label: str) -> str:

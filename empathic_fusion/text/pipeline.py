@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS, metrics_with_levels
+from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, format_table, metrics_with_levels
 from empathic_fusion.text import baselines
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
@@ -60,14 +60,6 @@ def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> Non
     if encoder is not None:
         encoder.warm(datamodule.all_texts())
         encoder.save_cache()
-
-
-def _markdown(rows: dict[str, dict[str, float]]) -> str:
-    """One row per model / baseline: the paper's five metrics, then macro-F1 and QWK on levels."""
-    header = "| | " + " | ".join(PAPER_SYMBOLS[m] for m in REPORT_METRICS) + " |"
-    lines = [header, "|---" * (len(REPORT_METRICS) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(f"{values[m]:.3f}" for m in REPORT_METRICS) + " |" for name, values in rows.items()]
-    return "\n".join(lines)
 
 
 def baseline_predictions(datamodule: TextDataModule, encoder: TextEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
@@ -126,7 +118,7 @@ def report_text_test(module: TextEmpathyModule, datamodule: TextDataModule, out_
     main = OVERALL if len(names) > 1 else names[0]
     results = {"rating": per_output[main][title]}
     baseline_results = {b: {"rating": per_output[main][b]} for b in compare}
-    table = _markdown(per_output[main])
+    table = format_table(per_output[main], metrics=REPORT_METRICS)
     print(f"\nTest metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(rows_idx)} rows, {main}; "
           f"Acc/F1: above {threshold_rating:g} counts as empathized):\n{table}\n")
     out_dir.mkdir(parents=True, exist_ok=True)
