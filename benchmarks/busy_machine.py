@@ -117,7 +117,9 @@ def main() -> None:
     print("\n" + table)
     body = (f"`python train.py experiment=demo` on a demo of {args.participants} participants (one session each), "
             f"{args.epochs} epochs, features already extracted; wall seconds of the whole command (start-up, "
-            f"training, test). Busy: {cores} processes spinning, one per core this process may use. Threads: what "
+            f"training, test). Quiet: no process started by the benchmark (other jobs on the machine run on: the "
+            f"load average above says how busy it was). Busy: {cores} processes spinning, one per core this "
+            f"process may use. Threads: what "
             f"the run logged (`torch uses N CPU thread(s)`).\n\n{table}\n")
     write_results(args, "Training on a busy machine: CPU threads", body)
 

@@ -3,7 +3,8 @@
 Data warnings (a session whose video and audio differ in length, a masked branch, ...) go through
 `warn_data`: each distinct message is logged once per run at WARNING, however many steps meet it, and
 `data_warning_summary` counts them for the end of the run. Third-party noise (MediaPipe's and TFLite's
-C++ log lines, Lightning's banners and tips) is silenced unless the run sets `verbose=true`.
+C++ log lines, Lightning's banners and tips, the sentence encoder's loading messages and bars) is
+silenced unless the run sets `verbose=true`.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from contextlib import contextmanager
 
 log = logging.getLogger("empathic_fusion.data")
 VERBOSE_ENV = "EMPATHIC_FUSION_VERBOSE"  # read by worker processes, which do not see the run's config
-THIRD_PARTY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "absl")
+THIRD_PARTY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "absl", "sentence_transformers",
+                       "transformers", "huggingface_hub")
 # glog/absl lines (I0000/W0000 00:00:... file.cc:123]) and TFLite's banners; E and F lines are kept
 NATIVE_NOISE = re.compile(r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\]|INFO: Created TensorFlow Lite"
                           r"|WARNING: All log messages before absl::InitializeLog)")
@@ -51,6 +53,12 @@ def set_verbosity(show_third_party: bool) -> None:
     import lightning  # noqa: F401  (configures its loggers on import; set the level after that)
 
     os.environ[VERBOSE_ENV] = "1" if show_third_party else "0"
+    if not show_third_party:  # the encoder's "Loading weights" bars (read at import; set for workers too)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "huggingface_hub" in sys.modules:
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+        if "transformers" in sys.modules:
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
     for name in THIRD_PARTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if show_third_party else logging.WARNING)
     if show_third_party:
