@@ -128,3 +128,14 @@ def test_data_warnings_are_logged_once_per_run_and_counted(caplog):
     assert data_warning_summary() == "2 data warning(s) in this run, listed above"
     reset_data_warnings()
     assert data_warning_summary() is None
+
+
+def test_libraries_deprecation_warnings_are_silenced_unless_verbose():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        set_verbosity(False)
+        warnings.warn_explicit("old API", DeprecationWarning, "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
+        warnings.warn_explicit("ours", DeprecationWarning, "x.py", 1, module="empathic_fusion.x")
+    assert [str(w.message) for w in caught] == ["ours"]

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -20,6 +21,7 @@ log = logging.getLogger("empathic_fusion.data")
 VERBOSE_ENV = "EMPATHIC_FUSION_VERBOSE"  # read by worker processes, which do not see the run's config
 THIRD_PARTY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "absl", "sentence_transformers",
                        "transformers", "huggingface_hub")
+THIRD_PARTY_MODULES = r"(lightning|torch|transformers|sentence_transformers|huggingface_hub|mediapipe)(\.|$)"
 # glog/absl lines (I0000/W0000 00:00:... file.cc:123]) and TFLite's banners; E and F lines are kept
 NATIVE_NOISE = re.compile(r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\]|INFO: Created TensorFlow Lite"
                           r"|WARNING: All log messages before absl::InitializeLog)")
@@ -53,7 +55,10 @@ def set_verbosity(show_third_party: bool) -> None:
     import lightning  # noqa: F401  (configures its loggers on import; set the level after that)
 
     os.environ[VERBOSE_ENV] = "1" if show_third_party else "0"
-    if not show_third_party:  # the encoder's "Loading weights" bars (read at import; set for workers too)
+    if not show_third_party:
+        for category in (DeprecationWarning, FutureWarning):  # about the libraries' own code, not the user's
+            warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY_MODULES)
+        # the encoder's "Loading weights" bars (read at import; set for workers too)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         if "huggingface_hub" in sys.modules:
             sys.modules["huggingface_hub"].utils.disable_progress_bars()
