@@ -63,8 +63,8 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
         flag = gr.Button("Flag", elem_id="text-flag")
     outputs = [gr.Number(label=name, interactive=False, precision=3, elem_id=f"score-{name}")
                for name in scorer.output_names]
-    clear.add(outputs + [details])
     details = gr.Markdown(elem_id="text-details")
+    clear.add(outputs + [details])
     status = gr.Markdown(elem_id="text-status")
 
     def split(values):
