@@ -95,7 +95,7 @@ _ENCODER = None
 def _text_encoder():
     global _ENCODER
     if _ENCODER is None:
-        from empathic_fusion.features.text_sbert import SentenceEncoder
+        from empathic_fusion.text.encoder import SentenceEncoder
 
         _ENCODER = SentenceEncoder(device="cuda" if _cuda() else "cpu")
     return _ENCODER

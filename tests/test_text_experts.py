@@ -89,13 +89,13 @@ def test_embedding_expert_expands_to_one_ridge_per_field_each_reading_its_column
 
 
 def test_fine_tuned_encoder_with_an_embedding_expert_is_refused_with_the_fix():
-    from empathic_fusion.text.encoder import TextEncoder
+    from empathic_fusion.text.encoder import SentenceEncoder
     from empathic_fusion.text.model import TextRegressor
 
     with pytest.raises(ValueError, match="needs a frozen encoder.*TfidfRidgeExpert"):
-        TextRegressor(["text"], 1, TextEncoder(trainable_layers=1), experts=[EmbeddingRidgeExpert()])
+        TextRegressor(["text"], 1, SentenceEncoder(trainable_layers=1), experts=[EmbeddingRidgeExpert()])
     with pytest.raises(ValueError, match="head_input=expert_scores needs model.net.experts"):
-        TextRegressor(["text"], 1, TextEncoder(), experts=[], head_input="expert_scores")
+        TextRegressor(["text"], 1, SentenceEncoder(), experts=[], head_input="expert_scores")
 
 
 def test_baseline_ridge_grid_reaches_the_penalties_weak_signal_needs():

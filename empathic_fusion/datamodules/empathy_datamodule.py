@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 _D = FusionDataConfig  # every default of the data group lives in its schema (empathic_fusion/config/data.py)
 
 
+def feature_manifest_hash(store: FeatureStore, sessions: list[str], branches: list[str],
+                          excluded: set[tuple[str, str]] = frozenset()) -> str:
+    """Identifies the features a model saw: the signatures of the sessions' branches (those in `excluded`,
+    masked by training, count as absent) and of the story embeddings every window reads."""
+    stories = store.entry(DATASET_KEY, "stories") or {}
+    return canonical_hash({"sessions": store.manifest_hash(sessions, branches, excluded=excluded),
+                           "stories": stories.get("signature")})
+
+
 class EmpathyDataModule(L.LightningDataModule):
     def __init__(self, dataset_dir: str, store_dir: str, modalities: list[str], features: dict[str, Any],
                  name: str = _D.name, scenario: str = _D.scenario, window_frames: int = _D.window_frames,
@@ -121,7 +130,7 @@ class EmpathyDataModule(L.LightningDataModule):
         for branches that are absent, stale (extracted from other inputs or settings than the dataset and
         config now give) or damaged. Stale and damaged branches are never read: masked with a warning,
         or an error when `on_stale=error`."""
-        from empathic_fusion.features.text_sbert import encoder_identity
+        from empathic_fusion.text.encoder import encoder_identity
 
         features = with_defaults(self.features)
         identity = encoder_identity(features["text"]["model_path"])
@@ -291,8 +300,9 @@ class EmpathyDataModule(L.LightningDataModule):
                 self.datasets[split] = WindowDataset(source, windows[windows.split == split], dataset.ratings,
                                                      self.window_frames, story_embeddings, story_rows, traits)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
-        self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
-                                                 excluded=self.unused_branches)
+        self.manifest_hash = feature_manifest_hash(store, sorted(session_frames),
+                                                   [b for m in self.modalities for b in self.branches[m]],
+                                                   self.unused_branches)
         for warning in self.warnings:
             warn_data(warning)  # once per run, also when prepare_data's extraction found it
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)

@@ -41,7 +41,7 @@ FACE_VERSION = "1"
 OPENFACE_VERSION = "1"
 CNN_VERSION = "1"
 AUDIO_VERSION = "2"  # 2: adds the per-frame voiced array
-TEXT_VERSION = "1"
+TEXT_VERSION = "2"  # 2: texts longer than the window are chunked and pooled, not cut
 GLOVE_VERSION = "1"
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
 
@@ -117,9 +117,19 @@ def _audio_signature(store: FeatureStore, source: Path, fps: float, cfg: dict) -
             "config": {"fps": fps, "feature_set": cfg["feature_set"]}, "inputs": {"audio": store.file_hash(source)}}
 
 
+def text_chunking(text_cfg: dict) -> dict:
+    """How texts longer than the encoder's window are embedded (overlapping token chunks, pooled):
+    part of the text and story signatures, so embeddings made another way are stale."""
+    from empathic_fusion.text.encoder import encoder_recipe
+
+    recipe = encoder_recipe(text_cfg["model_path"])
+    return {"window": recipe["window"], "stride": recipe["stride"], "pooling": recipe["chunk_pooling"]}
+
+
 def _text_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, identity: str) -> dict:
     return {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
-            "config": {"fps": fps, "speakers": list(cfg["speakers"])}, "inputs": {"transcript": store.file_hash(transcript)}}
+            "config": {"fps": fps, "speakers": list(cfg["speakers"]), "chunking": text_chunking(cfg)},
+            "inputs": {"transcript": store.file_hash(transcript)}}
 
 
 def _glove_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, text_cfg: dict) -> dict:
@@ -155,7 +165,7 @@ def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: s
 
 
 def _text_identity(cfg: dict, text_identity: str | None) -> str:
-    from empathic_fusion.features.text_sbert import encoder_identity
+    from empathic_fusion.text.encoder import encoder_identity
 
     return text_identity or encoder_identity(cfg["text"]["model_path"])
 
@@ -283,16 +293,20 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     def text_encoder():
         nonlocal encoder
         if encoder is None:
-            from empathic_fusion.features.text_sbert import SentenceEncoder
+            from empathic_fusion.text.encoder import SentenceEncoder
 
-            encoder = SentenceEncoder(text_cfg["model_path"], text_cfg["device"], int(text_cfg["batch_size"]))
+            encoder = SentenceEncoder(text_cfg["model_path"], batch_size=int(text_cfg["batch_size"]),
+                                      device=text_cfg["device"])
         return encoder
 
-    from empathic_fusion.features.text_sbert import encoder_identity, extract_text
+    from empathic_fusion.features.text_sbert import extract_text
+    from empathic_fusion.text.encoder import encoder_identity
 
     identity = encoder_identity(text_cfg["model_path"])
+    _check_languages(dataset, text_cfg, "text" in wanted)
     if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
-        story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}", "config": {},
+        story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
+                           "config": {"chunking": text_chunking(text_cfg)},
                            "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
         if not _up_to_date(store, DATASET_KEY, "stories", story_signature, verify, report):
             embeddings = text_encoder().encode(dataset.stories.text.tolist())
@@ -340,6 +354,22 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     name = "failures.json" if shard is None else f"failures-shard{shard[0]}of{shard[1]}.json"
     store.write_failures(report.failures, name)
     return report
+
+
+def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
+    """Warn (once per run and field) about story and utterance texts in languages the encoder was not
+    trained for: the stories always (every window reads them), the utterances when the text branch is used."""
+    from empathic_fusion.text.encoder import encoder_languages, resolve_model_path
+    from empathic_fusion.text.language import warn_untrained_languages
+
+    languages = encoder_languages(text_cfg["model_path"])
+    name = resolve_model_path(text_cfg.get("model_path")).name
+    warn_untrained_languages("stories.csv, field 'text'", dataset.stories.text.astype(str), languages, name)
+    if utterances:
+        speakers = list(text_cfg["speakers"])
+        texts = [t for transcript in dataset.transcripts.values()
+                 for t in transcript.text[transcript.speaker.isin(speakers)].astype(str)]
+        warn_untrained_languages(f"transcripts, field 'text' (speakers {speakers})", texts, languages, name)
 
 
 def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, verify: bool,

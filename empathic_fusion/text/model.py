@@ -30,7 +30,7 @@ from torch import nn
 
 from empathic_fusion.metrics import metric_values
 from empathic_fusion.text.data import PersonaEncoder
-from empathic_fusion.text.encoder import TextEncoder
+from empathic_fusion.text.encoder import SentenceEncoder
 from empathic_fusion.text.experts import stack_weights
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class TextRegressor(nn.Module):
     experts' held-out predictions stand in for their scores (`batch["expert_scores"]`).
     """
 
-    def __init__(self, fields: list[str], n_outputs: int, encoder: TextEncoder,
+    def __init__(self, fields: list[str], n_outputs: int, encoder: SentenceEncoder,
                  head: Callable[[int, int], nn.Module] | None = None, branch: nn.Module | None = None,
                  experts: list[nn.Module] | None = None, head_input: str = "embeddings",
                  persona_cardinalities: list[int] | None = None, persona_numeric: int = 0, persona_dim: int = 8):
@@ -167,7 +167,7 @@ class TextEmpathyModule(L.LightningModule):
         self.persona_encoder = PersonaEncoder.from_state(data_info["persona"])
         persona = use_persona and bool(self.persona_encoder.columns)
         net_cfg = dict(net)
-        encoder: TextEncoder = hydra.utils.instantiate(net_cfg.pop("encoder"))
+        encoder: SentenceEncoder = hydra.utils.instantiate(net_cfg.pop("encoder"))
         self.net: TextRegressor = hydra.utils.instantiate(
             net_cfg, fields=list(data_info["fields"]), n_outputs=len(self.label_names), encoder=encoder,
             persona_cardinalities=self.persona_encoder.cardinalities if persona else None,
@@ -182,7 +182,7 @@ class TextEmpathyModule(L.LightningModule):
         self.stack_report: dict[str, dict[str, float]] = {}
 
     @property
-    def encoder(self) -> TextEncoder:
+    def encoder(self) -> SentenceEncoder:
         return self.frozen_encoder if self.frozen_encoder is not None else self.net.encoder
 
     def forward(self, batch: dict) -> torch.Tensor:

@@ -23,7 +23,7 @@ from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, format_tab
 from empathic_fusion.text import baselines
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.text.encoder import TextEncoder
+from empathic_fusion.text.encoder import SentenceEncoder
 from empathic_fusion.text.model import OVERALL, TextEmpathyModule
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,13 @@ def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> Non
     """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set)."""
     encoder = module.frozen_encoder
     datamodule.embedder = encoder
+    module.encoder.check_languages(datamodule.fields)
     if encoder is not None:
         encoder.warm(datamodule.all_texts())
         encoder.save_cache()
 
 
-def baseline_predictions(datamodule: TextDataModule, encoder: TextEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
+def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
     """The reported baselines on the test rows, fitted on this fold's training (+ validation) rows."""
     dm = datamodule
     test, train, val = dm.test_rows, dm.train_rows, dm.val_rows
@@ -74,14 +75,14 @@ def baseline_predictions(datamodule: TextDataModule, encoder: TextEncoder | None
     return rows
 
 
-def frozen_twin(module: TextEmpathyModule) -> TextEncoder:
+def frozen_twin(module: TextEmpathyModule) -> SentenceEncoder:
     """The frozen encoder (for the embedding baseline): the module's own, or the fine-tuned one's
     pretrained weights loaded afresh."""
     if module.frozen_encoder is not None:
         return module.frozen_encoder
     enc = dict(module.hparams.net["encoder"])
     enc.pop("_target_", None)
-    return TextEncoder(**{**enc, "trainable_layers": 0})
+    return SentenceEncoder(**{**enc, "trainable_layers": 0})
 
 
 def report_text_test(module: TextEmpathyModule, datamodule: TextDataModule, out_dir: Path, title: str,
