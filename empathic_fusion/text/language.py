@@ -1,7 +1,8 @@
 """Which languages a text field is in, cheaply, and a warning when the encoder was not trained for them.
 
 A text's majority Unicode script comes from its letters' character names. Latin-script texts of at
-least MIN_WORDS words whose share of English stop words (scikit-learn's list) reaches
+least MIN_WORDS words whose share of English function words (ENGLISH_FUNCTION_WORDS, the most
+frequent English words; kept here so that the check imports nothing heavy) reaches
 ENGLISH_STOP_SHARE are English without further work (English prose runs at 0.3-0.5; German, French
 or Spanish prose shares few of these words). The rest go to py3langid (a pure-python langid.py with
 its model in the wheel, offline), counted only when it is at least MIN_PROBABILITY sure for a Latin
@@ -23,6 +24,12 @@ MIN_WORDS = 4
 ENGLISH_STOP_SHARE = 0.2
 MIN_PROBABILITY = 0.9
 _WORD = re.compile(r"[^\W\d_]+")
+ENGLISH_FUNCTION_WORDS = frozenset("""
+a about after all also am an and any are as at be because been but by can could did do does for from
+had has have he her him his how i if in into is it its just me my no not of on or our out she so some
+than that the their them then there these they this those to up us was we were what when which who
+will with would you your
+""".split())
 _warned: set[tuple[str, str]] = set()
 
 
@@ -45,12 +52,10 @@ def detect_language(text: str) -> str | None:
     if script is None:
         return None
     if script == "LATIN":
-        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
         words = _WORD.findall(text.lower())
         if len(words) < MIN_WORDS:
             return None
-        if sum(w in ENGLISH_STOP_WORDS for w in words) / len(words) >= ENGLISH_STOP_SHARE:
+        if sum(w in ENGLISH_FUNCTION_WORDS for w in words) / len(words) >= ENGLISH_STOP_SHARE:
             return "en"
     language, probability = _identifier().classify(text)
     if script == "LATIN" and probability < MIN_PROBABILITY:
