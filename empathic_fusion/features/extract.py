@@ -359,11 +359,11 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
 def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
     """Warn (once per run and field) about story and utterance texts in languages the encoder was not
     trained for: the stories always (every window reads them), the utterances when the text branch is used."""
-    from empathic_fusion.text.encoder import encoder_languages, resolve_model_path
+    from empathic_fusion.text.encoder import encoder_languages, encoder_name
     from empathic_fusion.text.language import warn_untrained_languages
 
     languages = encoder_languages(text_cfg["model_path"])
-    name = resolve_model_path(text_cfg.get("model_path")).name
+    name = encoder_name(text_cfg["model_path"])
     warn_untrained_languages("stories.csv, field 'text'", dataset.stories.text.astype(str), languages, name)
     if utterances:
         speakers = list(text_cfg["speakers"])

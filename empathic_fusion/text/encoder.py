@@ -169,6 +169,13 @@ def encoder_identity(model_path: str | None = None, **recipe: Any) -> str:
     return hashlib.sha1(json.dumps([fingerprint, resolved], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def encoder_name(model_path: str | None = None) -> str:
+    """A short name for messages: the package's for the packaged encoders, else the folder's name."""
+    if not model_path:
+        return PACKAGED_MODEL
+    return MULTILINGUAL if is_multilingual(model_path) else Path(model_path).name
+
+
 def encoder_languages(model_path: str | None = None) -> tuple[str, ...] | None:
     """ISO 639-1 codes of the languages the encoder was trained for, from its model card (None: unknown)."""
     if is_multilingual(model_path):
@@ -191,6 +198,7 @@ class SentenceEncoder(nn.Module):
         self.identity = encoder_identity(model_path, max_length=max_length, pooling=pooling, normalize=normalize,
                                          chunk_stride=chunk_stride)
         self.languages = encoder_languages(model_path)
+        self.name = encoder_name(model_path)
         self._cache: dict[str, np.ndarray] = {}
         self.cache_file = Path(cache_dir) / f"{self.identity}.npz" if cache_dir and self.frozen else None
         self._disk_count = 0
@@ -240,11 +248,6 @@ class SentenceEncoder(nn.Module):
         self.model = AutoModel.from_pretrained(str(path))
         self.dim = int(self.model.config.hidden_size)
         self._set_trainable(self.trainable_layers)
-
-    @property
-    def name(self) -> str:
-        """A short name for messages: the folder's name (or the multilingual encoder's)."""
-        return Path(self.model_path).name
 
     @property
     def device(self) -> torch.device:
