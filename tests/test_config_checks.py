@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -98,3 +100,15 @@ def test_trainer_schema_keeps_lightnings_defaults_where_the_project_sets_none():
     schema = {name: value for name, value in vars(TrainerConfig()).items() if name not in project}
     assert schema and all(lightning[name] == value for name, value in schema.items()), \
         {name: (value, lightning[name]) for name, value in schema.items() if lightning[name] != value}
+
+
+def test_the_schemas_are_registered_for_anyone_composing_the_config_tree():
+    """Hydra's own API on the packaged tree, in a fresh interpreter: importing CONFIG_DIR registers the schemas."""
+    code = ("from hydra import compose, initialize_config_dir\n"
+            "from empathic_fusion.utils import CONFIG_DIR\n"
+            "with initialize_config_dir(str(CONFIG_DIR), version_base='1.3'):\n"
+            "    cfg = compose('train', overrides=['evaluation.bootstrap=7'])\n"
+            "from omegaconf import OmegaConf\n"
+            "print(OmegaConf.get_type(cfg.evaluation).__name__, cfg.evaluation.bootstrap, cfg.data.window_frames)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["EvaluationConfig", "7", "120"]

@@ -16,3 +16,6 @@ PROJECT_ROOT = SOURCE_ROOT or Path.cwd()
 
 if not OmegaConf.has_resolver("project_root"):
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
+
+# the typed config groups' schemas, which every composition of CONFIG_DIR needs (registered on import)
+import empathic_fusion.config  # noqa: E402,F401
