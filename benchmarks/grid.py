@@ -45,13 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import add_output_arguments, write_results  # noqa: E402
-from benchmarks.train_throughput import MODELS, StepTimer, model_net  # noqa: E402
+from benchmarks.train_throughput import MODELS, StepTimer, fusion_module  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
 from empathic_fusion.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
-from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 
 FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
 FULL_WINDOWS = 99_357  # Story Share windows
@@ -190,8 +189,7 @@ def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, prelo
     """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches.
     Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock)."""
     L.seed_everything(0, workers=False)
-    net, head = model_net(name)
-    module = EmpathyModule(net=net, modalities=dm.modalities, input_dims=dm.input_dims, head=head)
+    module = fusion_module(name, dm.modalities, dm.input_dims)
     cuda = args.device == "cuda"
     timer = StepTimer(args.warmup)
     trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=-1,

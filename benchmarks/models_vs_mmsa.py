@@ -35,9 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 from results import add_output_arguments, write_results  # noqa: E402
-from train_throughput import SyntheticBatches, model_net  # noqa: E402
+from train_throughput import SyntheticBatches, fusion_module  # noqa: E402
 
 MMSA_DIR = ROOT.parent / "shared" / "anchors" / "mmsa"
 MODALITIES = ["video", "audio", "text"]
@@ -67,8 +66,7 @@ def import_mmsa(source: Path = MMSA_DIR) -> Any:
 
 
 def our_step(name: str, overrides: dict[str, Any], dims: dict[str, int]) -> Callable[[dict], None]:
-    net, head = model_net(name)
-    module = EmpathyModule({**net, **overrides}, MODALITIES, dims, head=head).train()
+    module = fusion_module(name, MODALITIES, dims, **overrides).train()
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
 
     def step(batch: dict) -> None:

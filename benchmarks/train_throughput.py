@@ -26,15 +26,16 @@ from typing import Any
 
 import lightning as L
 import torch
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from empathic_fusion.models.base import build_module  # noqa: E402
 from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
-from empathic_fusion.utils import CONFIG_DIR  # noqa: E402
+from empathic_fusion.pipeline import run_config  # noqa: E402
+from empathic_fusion.utils.compose import compose_config  # noqa: E402
 from results import add_output_arguments, write_results  # noqa: E402
 
 MODELS = ("lf_lstm", "ef_lstm", "tfn", "amer")
@@ -101,16 +102,18 @@ class StepTimer(L.Callback):
             self.timed_steps = self.seen - self.warmup
 
 
-def model_net(name: str) -> tuple[dict[str, Any], str]:
-    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml")
-    return OmegaConf.to_container(cfg.net, resolve=True), str(cfg.head)
+def fusion_module(name: str, modalities: list[str], input_dims: dict[str, int], **net_overrides: Any) -> EmpathyModule:
+    """conf/model/<name>.yaml's module, built as train.py builds it (net overrides applied)."""
+    config = run_config(compose_config([f"model={name}"], ROOT / "logs" / "benchmarks"))
+    model_cfg = config["model"]
+    return build_module({**model_cfg, "net": {**model_cfg["net"], **net_overrides}},
+                        {"modalities": list(modalities), "input_dims": dict(input_dims)}, config)
 
 
 def measure(name: str, args: argparse.Namespace, dims: dict[str, int]) -> dict[str, Any]:
     """Train one model for warmup + steps batches; samples/s, eval samples/s, peak memory, parameters."""
     L.seed_everything(0, workers=False)
-    net, head = model_net(name)
-    module = EmpathyModule(net=net, modalities=list(MODALITIES), input_dims=dims, head=head)
+    module = fusion_module(name, list(MODALITIES), dims)
     cuda = args.device == "cuda"
     precision = args.precision or ("bf16-mixed" if cuda else "32-true")
     timer = StepTimer(args.warmup)

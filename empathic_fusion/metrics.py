@@ -54,7 +54,10 @@ def metric_values(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
                   pred_threshold: float | None = None) -> dict[str, float]:
     """Every metric in ALL_METRIC_NAMES for two non-empty 1-D float arrays, without checks or warnings:
     the core that `empathy_metrics`, the participant bootstrap (thousands of resamples) and the text
-    metrics share. Degenerate cases take the defined values of the module docstring."""
+    metrics share. Degenerate cases take the defined values of the module docstring. Written in numpy
+    rather than called per metric from scipy / scikit-learn / torchmetrics: one pass without their
+    input validation keeps the bootstrap fast, and their NaN for a constant's r would need patching;
+    tests/test_metrics.py checks every value against those libraries."""
     pred_class = pred > (threshold if pred_threshold is None else pred_threshold)
     true_class = target > threshold
     tp = float((pred_class & true_class).sum())

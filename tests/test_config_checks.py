@@ -33,7 +33,6 @@ def test_every_shipped_config_passes_the_checks(override, tmp_path):
     ("data.stride_seconds=0", "data.stride_seconds=0.0: must be a number > 0"),
     ("data.split_fractions=[0.5,0.5,0.5]", "data.split_fractions=[0.5, 0.5, 0.5]: must be three non-negative"),
     ("data.batch_size=0", "data.batch_size=0: must be an integer >= 1"),
-    ("model.threshold_rating=7", "model.threshold_rating=7: must be a rating within the scale 1-5"),
     ("evaluation.threshold_rating=7", "evaluation.threshold_rating=7.0: must be a rating within the scale 1-5"),
     ("evaluation.threshold=best", "evaluation.threshold=best: must be fixed or validation"),
     ("evaluation.confidence=1.5", "evaluation.confidence=1.5: must be a number strictly between 0 and 1"),

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from empathic_fusion.models.empathy_module import EmpathyModule
-from empathic_fusion.pipeline import build_datamodule
+from empathic_fusion.pipeline import build_datamodule, build_model
 from empathic_fusion.utils import CONFIG_DIR
 from empathic_fusion.utils.compose import compose_config
 
@@ -45,22 +45,23 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     from empathic_fusion.text.data import PersonaEncoder
     from empathic_fusion.text.datamodule import TextDataModule
     from empathic_fusion.text.model import TextEmpathyModule
-    from empathic_fusion.text.pipeline import build_text_datamodule, is_text_config
 
     extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE,
              "model=text_regressor": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
     if override in ("data=empathetic_exchanges",):
         extra = ["model=text_regressor"]
-    cfg = _compose("train", [override, "model.net.encoder.cache_dir=null"] + extra, tmp_path)
-    assert is_text_config(cfg.data)
-    dm = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
+    modality = [] if override.startswith("experiment=") else ["modality=t"]  # a text table serves text only
+    cfg = _compose("train", [override, "model.net.encoder.cache_dir=null"] + extra + modality, tmp_path)
+    dm = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.features, resolve=True),
+                          list(cfg.modality.names))
     assert isinstance(dm, TextDataModule) and dm.spec.text_columns and dm.spec.label_columns and dm.n_folds == 5
     model = OmegaConf.to_container(cfg.model, resolve=True)
     assert model["optimizer"]["_partial_"] and model["optimizer"]["_target_"] == "torch.optim.AdamW"
     info = {"fields": dm.spec.fields, "labels": dm.spec.label_columns, "persona": PersonaEncoder([]).state(),
             "target_mean": [3.0] * len(dm.spec.label_columns), "target_std": [1.0] * len(dm.spec.label_columns),
             "levels": [1, 5]}
-    module = TextEmpathyModule(model["net"], info, model["optimizer"], model.get("scheduler"))
+    module = build_model(cfg, info)
+    assert isinstance(module, TextEmpathyModule)
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
     n_fields, labels = len(dm.spec.fields), len(dm.spec.label_columns)
     if model["net"]["head_input"] == "expert_scores":  # TF-IDF ridge + one embedding ridge per field, per label
@@ -96,7 +97,8 @@ def test_train_config_composes_and_instantiates(override, tmp_path):
                           list(cfg.modality.names))
     assert dm.modalities == list(cfg.modality.names)
     dims = {"video": 4, "audio": 3, "text": 5, "story": 5, "traits": 6}
-    model = EmpathyModule(OmegaConf.to_container(cfg.model.net, resolve=True), list(cfg.modality.names), dims, head=cfg.model.head)
+    model = build_model(cfg, {"modalities": list(cfg.modality.names), "input_dims": dims})
+    assert isinstance(model, EmpathyModule)
     assert model.net.out_dim > 0
     if override not in ("trainer=gpu", "trainer=ddp"):  # no GPU here; the gpu configs still compose
         trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)

@@ -74,6 +74,17 @@ def test_bootstrap_resamples_participants_and_covers_the_estimate():
     assert ci == bootstrap_ci(table, n_boot=300, seed=1)  # deterministic given the seed
 
 
+def test_bootstrap_on_the_table_own_scale_scores_labels_as_they_are():
+    """to_target=None (text labels): MSE and the Acc/F1 cut on the label scale, r unchanged."""
+    table = _predictions()
+    own = bootstrap_ci(table, n_boot=200, seed=1, threshold_rating=3.5, to_target=None)
+    cosine = bootstrap_ci(table, n_boot=200, seed=1, threshold_rating=3.5)
+    expected = metric_values(table.predicted.to_numpy(float), table.rated.to_numpy(float), 3.5)
+    assert {m: v["estimate"] for m, v in own.items()} == pytest.approx(expected)
+    assert own["mse"]["estimate"] == pytest.approx(4 * cosine["mse"]["estimate"])
+    assert own["pearson"] == pytest.approx(cosine["pearson"]) and own["f1"] == pytest.approx(cosine["f1"])
+
+
 def test_participant_bootstrap_is_wider_than_rating_bootstrap_when_people_differ():
     """Clustered data: each participant shifts all their predictions; resampling people sees that."""
     rng = np.random.default_rng(2)

@@ -3,6 +3,7 @@ and head trains, gradients reach exactly the selected encoders, masked frames ne
 fusion model overfits a batch, and the parameter-free baselines run through the Lightning flow."""
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 
@@ -16,8 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 from empathic_fusion.models.components.attention import masked_self_attention
 from empathic_fusion.models.components.fusion import tensor_fusion, tensor_fusion_size
 from empathic_fusion.models.components.norm import MaskedBatchNorm
-from empathic_fusion.models.empathy_module import EmpathyModule
-from empathic_fusion.utils import CONFIG_DIR
+from empathic_fusion.models.base import build_module
+from empathic_fusion.pipeline import run_config
+from empathic_fusion.utils.compose import compose_config
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
 ALL = ("video", "audio", "text")
@@ -30,15 +32,17 @@ def _short(modalities):
     return "+".join(m[0] for m in modalities)
 
 
-def _model_cfg(name: str) -> dict:
-    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "model" / f"{name}.yaml"), resolve=True)
+@functools.lru_cache
+def _run_config(name: str) -> dict:
+    return run_config(compose_config([f"model={name}", "model.optimizer.lr=0.001"], "unused"))
 
 
 def _model(name, modalities, head=None, **net_overrides):
-    cfg = _model_cfg(name)
+    config = _run_config(name)
+    model_cfg = config["model"]
     torch.manual_seed(0)
-    return EmpathyModule({**cfg["net"], **net_overrides}, modalities, DIMS, head=head or cfg["head"],
-                         optimizer={"lr": 1e-3})
+    return build_module({**model_cfg, "net": {**model_cfg["net"], **net_overrides}, "head": head or model_cfg["head"]},
+                        {"modalities": modalities, "input_dims": DIMS}, config)
 
 
 def _batch(n=6, length=20, seed=0, empty_first=True):

@@ -1,4 +1,4 @@
-"""Metrics against scipy / scikit-learn, degenerate inputs, thresholds and per-rating aggregation."""
+"""Metrics against scipy / scikit-learn / torchmetrics, degenerate inputs, thresholds and per-rating aggregation."""
 from __future__ import annotations
 
 import warnings
@@ -8,6 +8,7 @@ import pytest
 import torch
 from scipy import stats
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, mean_absolute_error, mean_squared_error
+from torchmetrics.functional import concordance_corrcoef
 
 from empathic_fusion.metrics import (ALL_METRIC_NAMES, METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics,
                                      format_table, infer_levels, level_metrics, metrics_with_levels,
@@ -32,6 +33,7 @@ def test_metrics_match_scipy_and_sklearn(seed):
     assert got["mse"] == pytest.approx(mean_squared_error(target, pred), rel=1e-6)
     assert got["mae"] == pytest.approx(mean_absolute_error(target, pred), rel=1e-6)
     assert got["ccc"] == pytest.approx(_ccc(pred, target), abs=1e-4)  # torchmetrics: sample moments
+    assert got["ccc"] == pytest.approx(concordance_corrcoef(torch.tensor(pred), torch.tensor(target)).item(), abs=1e-9)
     assert got["accuracy"] == pytest.approx(accuracy_score(target > 0, pred > 0))
     assert got["f1"] == pytest.approx(f1_score(target > 0, pred > 0))
 

@@ -1,12 +1,16 @@
 """LF-LSTM and the heads on every modality subset: shapes, gradients, masks, learning."""
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
 import torch
+from hydra.errors import InstantiationException
 
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.base import build_module
+from empathic_fusion.pipeline import run_config
+from empathic_fusion.utils.compose import compose_config
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
 NET = {"_target_": "empathic_fusion.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 8, "audio": 4, "text": 8},
@@ -24,9 +28,16 @@ def _batch(modalities, n=6, length=20, seed=0):
     return batch
 
 
+@functools.lru_cache
+def _run_config() -> dict:
+    return run_config(compose_config(["model=lf_lstm", "model.optimizer.lr=0.01"], "unused"))
+
+
 def _model(modalities, head):
+    config = _run_config()
     torch.manual_seed(0)
-    return EmpathyModule(NET, modalities, DIMS, head=head, optimizer={"lr": 1e-2})
+    return build_module({**config["model"], "net": NET, "head": head}, {"modalities": modalities, "input_dims": DIMS},
+                        config)
 
 
 @pytest.mark.parametrize("head", ["similarity", "regression"])
@@ -70,6 +81,7 @@ def test_overfits_one_small_batch(head):
 
 def test_checkpoint_hyperparameters_describe_the_inputs():
     model = _model(["video", "text"], "similarity")
-    assert model.hparams.input_dims == DIMS and model.hparams.modalities == ["video", "text"]
-    with pytest.raises(ValueError, match="head"):
-        EmpathyModule(NET, ["text"], DIMS, head="ranking")
+    assert model.hparams.data_info["input_dims"] == DIMS and model.describe()["modalities"] == ["video", "text"]
+    assert model.hparams.optimizer["lr"] == 0.01 and model.configure_optimizers()["optimizer"].defaults["lr"] == 0.01
+    with pytest.raises(InstantiationException, match="head"):  # hydra wraps the module's ValueError
+        _model(["text"], "ranking")

@@ -6,7 +6,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from empathic_fusion.models.base import build_module, load_module
 from empathic_fusion.models.empathy_module import EmpathyModule, FeatureMismatchError, describe_checkpoint
+from empathic_fusion.pipeline import run_config
+from empathic_fusion.utils.compose import compose_config
 
 DIMS = {"video": 6, "audio": 4, "text": 5, "story": 5, "traits": 6}
 FEATURES = {"audio": {"feature_set": "ComParE_2016"}, "text": {"model_path": None}}
@@ -28,9 +31,10 @@ def _batch(dims: dict[str, int], n: int = 8, frames: int = 10, seed: int = 0) ->
 def checkpoint(tmp_path_factory):
     net = {"_target_": "empathic_fusion.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 4, "audio": 4},
            "representation_dim": 8, "post_fusion_hidden": 8}
-    model = EmpathyModule(net, ["video", "audio"], DIMS, head="regression",
-                          data_info={"feature_manifest_hash": "abc123", "split_hash": "s1", "window_frames": 10},
-                          run_config={"features": FEATURES})
+    config = {**run_config(compose_config(["model=lf_lstm"], "unused")), "features": FEATURES}
+    model = build_module({**config["model"], "net": net, "head": "regression"},
+                         {"modalities": ["video", "audio"], "input_dims": DIMS, "feature_manifest_hash": "abc123",
+                          "split_hash": "s1", "window_frames": 10}, config)
     trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu")
     trainer.fit(model, DataLoader([_batch(DIMS, seed=s) for s in range(2)], batch_size=None))
@@ -46,6 +50,9 @@ def test_checkpoint_describes_what_it_was_trained_on(checkpoint):
     assert description["features"] == FEATURES
     assert description["feature_manifest_hash"] == "abc123" and description["split_hash"] == "s1"
     assert torch.load(checkpoint, weights_only=False)["empathic_fusion"] == description
+    assert description["class"] == "empathic_fusion.models.empathy_module.EmpathyModule" and description["format"] == 2
+    assert description["created"].startswith("20") and description["commit"] and description["net"].endswith("LFLSTM")
+    assert isinstance(load_module(checkpoint), EmpathyModule)
 
 
 def test_same_dims_run_and_other_dims_stop_with_a_clear_message(checkpoint):

@@ -59,7 +59,7 @@ def test_checkpoint_describes_itself_and_scores_new_text_with_the_persona(run):
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     info = checkpoint["hyper_parameters"]["data_info"]
     assert info["labels"] == LABELS and info["fields"] == ["text"] and info["persona"]["columns"] == ["gender", "empathic_concern"]
-    assert checkpoint["empathic_text"]["encoder"]["identity"] and len(info["target_mean"]) == 3
+    assert checkpoint["empathic_fusion"]["encoder"]["identity"] and len(info["target_mean"]) == 3
     assert not any(k.startswith("net.encoder") for k in checkpoint["state_dict"])  # frozen: weights not copied
     scorer = TextScorer.load(results["best_checkpoint"])
     assert scorer.output_names == LABELS + ["overall"] and scorer.persona.columns == ["gender", "empathic_concern"]

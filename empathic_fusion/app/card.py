@@ -24,7 +24,6 @@ import yaml
 from empathic_fusion.dataset.contract import RATING_RANGE
 
 HEADER_KEY = "empathic_fusion"
-TEXT_HEADER_KEY = "empathic_text"
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
 BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
           "not real empathy.")
@@ -128,8 +127,8 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _training_date(header: dict[str, Any], ckpt_path: Path) -> str:
-    if header.get("date"):
-        return str(header["date"])
+    if header.get("created"):
+        return str(header["created"])
     stamp = dt.datetime.fromtimestamp(ckpt_path.stat().st_mtime, tz=dt.timezone.utc)
     return stamp.strftime("%Y-%m-%d %H:%M UTC")
 
@@ -165,7 +164,7 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
         data["generated"] = (run_config.get("data") or {}).get("demo") is not None
     net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
-    model = f"EmpathyModule: {net} on {'+'.join(hparams.get('modalities') or [])}"
+    model = f"EmpathyModule: {net} on {'+'.join(header.get('modalities') or [])}"
     run = run_folder(ckpt_path)
     summary = _read_json(run / "test_metrics.json")
     rating = ((summary.get("model") or {}).get("rating")) or {}
@@ -178,7 +177,6 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
 def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
     """Card of a text checkpoint: per label (and the overall mean) its test r, CI when recorded, MSE."""
     header = checkpoint.get(HEADER_KEY) or {}
-    text_header = checkpoint.get(TEXT_HEADER_KEY) or {}
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     run = run_folder(ckpt_path)
@@ -190,7 +188,7 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
     data.setdefault("generated", bool(data_cfg.get("generated", False)))
     if not data.get("scale") and data.get("levels"):
         data["scale"] = list(data["levels"])
-    encoder = (text_header.get("encoder") or {}).get("model_path") or "packaged encoder"
+    encoder = (header.get("encoder") or {}).get("model_path") or "packaged encoder"
     net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
     model = f"TextEmpathyModule: {net} over {Path(str(encoder)).name}"
     labels = list(info.get("labels") or data.get("labels") or [])

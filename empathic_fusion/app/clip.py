@@ -96,7 +96,7 @@ class ClipScorer:
                              "before they were recorded); retrain to score new clips with it")
         self.data_cfg = dict(run_config["data"])
         self.features = dict(run_config["features"])
-        self.modalities = list(self.model.hparams.modalities)
+        self.modalities = list(self.model.modalities)
         self.window_frames = int(self.data_cfg["window_frames"])
         self.stride_seconds = float(self.data_cfg.get("stride_seconds", 1.0))
         self.scenario = self.data_cfg.get("scenario", "story_share")

@@ -94,7 +94,7 @@ def validate(cfg: DictConfig) -> None:
         if value is not None and not ok(value):
             problems.append(f"{key}={value}: must be {allowed}")
     low, high = rating_scale(getattr(built.get("data"), "levels", None))
-    for key in ("evaluation.threshold_rating", "model.threshold_rating"):
+    for key in ("evaluation.threshold_rating",):
         threshold = OmegaConf.select(cfg, key)
         if threshold is not None and not low <= float(threshold) <= high:
             problems.append(f"{key}={threshold}: must be a rating within the scale {low:g}-{high:g}")

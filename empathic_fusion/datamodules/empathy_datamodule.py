@@ -355,6 +355,11 @@ class EmpathyDataModule(L.LightningDataModule):
                 "ratings": int(len(rated)), "labels": ["empathy"], "scale": list(RATING_RANGE),
                 "generated": bool(self.generated)}
 
+    def fitted_state(self) -> dict[str, Any]:
+        """What a model is built from and its checkpoint keeps (models/base.py): the modalities and
+        input dims, with the data's identity (split and feature-store hashes)."""
+        return self.describe()
+
     # ---- loaders -------------------------------------------------------------------------------
     def _training_device(self) -> torch.device:
         trainer = getattr(self, "trainer", None)

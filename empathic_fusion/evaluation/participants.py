@@ -3,11 +3,13 @@
 Ratings of one participant are not independent (same person, same sessions), so a confidence
 interval that resamples ratings is too narrow; resampling whole participants keeps that structure.
 Inputs are rating-level (or window-level) tables with `participant_id`, `predicted` and `rated`
-on the 1-5 scale; metrics are computed on the cosine scale (rating - 3) / 2 like everywhere else.
+on the 1-5 scale; metrics are computed on the cosine scale (rating - 3) / 2 like everywhere else,
+or, with `to_target=None`, on the table's own scale (text labels, grouped by writer or conversation).
 """
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -25,10 +27,22 @@ def _check(table: pd.DataFrame) -> None:
         raise ValueError(f"prediction table lacks column(s) {missing}; it has {list(table.columns)}")
 
 
-def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None) -> dict[str, float]:
-    pred = torch.tensor(rating_to_target(table["predicted"].to_numpy(float)))
-    true = torch.tensor(rating_to_target(table["rated"].to_numpy(float)))
-    return empathy_metrics(pred, true, rating_threshold_to_target(threshold_rating), pred_threshold)
+Scale = Callable[[np.ndarray], np.ndarray] | None  # ratings -> the scale metrics are computed on (None: as they are)
+
+
+def _on_scale(values: np.ndarray, to_target: Scale) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64) if to_target is None else to_target(values)
+
+
+def _threshold(threshold_rating: float, to_target: Scale) -> float:
+    return float(threshold_rating) if to_target is None else rating_threshold_to_target(threshold_rating)
+
+
+def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None,
+            to_target: Scale = rating_to_target) -> dict[str, float]:
+    pred = torch.tensor(_on_scale(table["predicted"].to_numpy(float), to_target))
+    true = torch.tensor(_on_scale(table["rated"].to_numpy(float), to_target))
+    return empathy_metrics(pred, true, _threshold(threshold_rating, to_target), pred_threshold)
 
 
 def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
@@ -50,7 +64,8 @@ def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
 
 
 def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                 threshold_rating: float = 3.0, pred_threshold: float | None = None) -> dict[str, dict[str, float]]:
+                 threshold_rating: float = 3.0, pred_threshold: float | None = None,
+                 to_target: Scale = rating_to_target) -> dict[str, dict[str, float]]:
     """Percentile CI per metric from `n_boot` resamples of participants (with replacement).
 
     Returns {metric: {"estimate", "low", "high"}}; with fewer than 2 participants the interval is
@@ -61,16 +76,16 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        estimate = _scores(table, threshold_rating, pred_threshold)
+        estimate = _scores(table, threshold_rating, pred_threshold, to_target)
     groups = [g for _, g in table.groupby("participant_id", sort=True)]
     if len(groups) < 2 or n_boot < 1:
         warnings.warn(f"bootstrap_ci: {len(groups)} participant(s); the interval is the point estimate", stacklevel=2)
         return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
-    pred = [rating_to_target(g["predicted"].to_numpy(float)) for g in groups]
-    true = [rating_to_target(g["rated"].to_numpy(float)) for g in groups]
+    pred = [_on_scale(g["predicted"].to_numpy(float), to_target) for g in groups]
+    true = [_on_scale(g["rated"].to_numpy(float), to_target) for g in groups]
     rng = np.random.default_rng(seed)
     draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
-    threshold = rating_threshold_to_target(threshold_rating)
+    threshold = _threshold(threshold_rating, to_target)
     for b in range(n_boot):  # a degenerate resample counts with its defined value (0), as in empathy_metrics
         pick = rng.integers(0, len(groups), len(groups))
         values = metric_values(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),

@@ -1,5 +1,8 @@
-"""The test report of one run: predictions with who made them, thresholds, per-participant
-breakdown, participant-bootstrap CIs and plots. `empathic_fusion.pipeline.report_test` calls `build_report`.
+"""The one test report of every model, written by its module's `report()` hook after testing
+(models/base.py): `write_test_report` prints the table (the model next to its baselines) and writes
+test_metrics.json / .md / .csv and test_predictions.csv, the files `evaluate.py sweep_dir=` reads.
+Rating-level data (fusion windows averaged per self-rating) adds, through `build_report`, the
+thresholds, per-participant breakdown, participant-bootstrap CIs and plots.
 
 Participant ids stay in local files (test_predictions.csv, test_per_participant.csv and its PNG,
 test_timelines/<session>.png: predicted empathy per window next to the self-ratings); only figures
@@ -7,6 +10,7 @@ without ids go to the attached loggers.
 """
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from dataclasses import asdict
@@ -23,7 +27,7 @@ from empathic_fusion.datamodules.window_dataset import target_to_rating
 from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
 from empathic_fusion.evaluation.plots import (log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure,
                                   session_timelines)
-from empathic_fusion.metrics import aggregate_by_rating, choose_threshold, empathy_metrics
+from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics, format_table
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +125,47 @@ def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,
                               for level, values in ci.items()} for m in metrics})
     table = cells.rename_axis("level").reset_index().to_markdown(index=False, colalign=["left"] * (len(metrics) + 1))
     return f"{confidence:.0%} bootstrap CI, resampling participants:\n\n" + table
+
+
+def group_report(table: pd.DataFrame, threshold_rating: float, out_dir: Path, evaluation: dict[str, Any],
+                 loggers=()) -> dict[str, dict[str, dict[str, float]]]:
+    """Bootstrap CIs (resampling `participant_id`, a writer or conversation) and plots of a table of
+    scores on their own label scale (`predicted`, `rated`), for models without rating windows (text).
+    Returns {"rating": CIs} or {} with `evaluation.bootstrap=0`."""
+    cfg = settings(evaluation)
+    ci = {}
+    if cfg["bootstrap"]:
+        ci["rating"] = bootstrap_ci(table, int(cfg["bootstrap"]), float(cfg["confidence"]), int(cfg["bootstrap_seed"]),
+                                    threshold_rating, None, to_target=None)
+    if cfg["plots"]:
+        figures = {"test/predicted_vs_true": predicted_vs_true(table["predicted"], table["rated"],
+                                                                "Test: predicted vs annotated empathy"),
+                   "test/rating_distributions": rating_distributions(table["rated"], table["predicted"],
+                                                                     ("annotated", "predicted"),
+                                                                     "Test: annotated vs predicted empathy")}
+        for name, fig in figures.items():
+            log_figure(loggers, name, fig)  # scores only, no texts or ids
+            save_figure(fig, out_dir / f"{name.replace('/', '_')}.png")
+    return ci
+
+
+def write_test_report(out_dir: Path, heading: str, rows: dict[str, dict[str, float]], summary: dict[str, Any],
+                      predictions: pd.DataFrame | None = None, metrics: tuple[str, ...] = METRIC_NAMES,
+                      notes: str = "", loggers=(), logged: dict[str, float] | None = None) -> dict[str, Any]:
+    """Print `heading` and the table of `rows` (model and baselines, one per row), then write
+    test_metrics.json (`summary`: "model" holds the model's metrics per level), test_metrics.md (the
+    table and `notes`, e.g. the CI table), test_metrics.csv (one line per row) and, when given,
+    test_predictions.csv. `logged` numbers go to the loggers (never texts or ids)."""
+    table = format_table(rows, metrics=metrics)
+    print(f"\n{heading}:\n{table}\n\n{notes}\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "test_metrics.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "test_metrics.md").write_text(table + "\n\n" + notes + "\n")
+    pd.DataFrame([{"row": name, **values} for name, values in rows.items()]).to_csv(out_dir / "test_metrics.csv",
+                                                                                    index=False)
+    if predictions is not None:
+        predictions.to_csv(out_dir / "test_predictions.csv", index=False)
+    if logged:
+        for logger in loggers:
+            logger.log_metrics(logged)
+    return summary

@@ -31,7 +31,7 @@ class AMER(nn.Module):
         self.encoders = nn.ModuleDict({
             m: feedforward([int(input_dims[m])] + [w * d_e for w in WIDTHS[m]]) for m in self.modalities
         })
-        traits = int(input_dims.get("traits", 6))
+        traits = int(input_dims["traits"])
         self.personality = feedforward([2 * traits, 4 * d_e, 2 * d_e])  # traits and their mask
         self.temperature = (4 * d_e) ** 0.5
         self.fusion = nn.Linear(4 * d_e * len(self.modalities), 4 * d_e)

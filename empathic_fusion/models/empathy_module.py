@@ -1,19 +1,21 @@
-"""The one LightningModule for every fusion model: net (encoders + fusion) -> Z -> head -> score.
+"""The LightningModule of every fusion model: net (encoders + fusion) -> Z -> head -> score.
 
 Training recipe defaults follow Appendix B of Shen, Kim et al. 2024 (EmpathicStories++): AdamW lr
 1e-4, StepLR every 5 epochs by 0.1 (conf/optimizer/adamw.yaml, conf/scheduler/step_lr.yaml), MSE.
-Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`.
+Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`; Acc/F1
+binarise at `evaluation.threshold_rating` of the run config.
 Parameter-free baselines (`mean`, `story_similarity`) run through the same flow: a net may name
 the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
 (`fit`, given the training-split mean), and with nothing to train no optimizer step is taken.
 
-Checkpoints describe themselves (`checkpoint["empathic_fusion"]`, see `describe_checkpoint`): the
-modality set, the input dims per modality, the feature config and the feature-store manifest hash.
-Running a model on features with other dims stops with a message saying which and how to fix it,
-instead of a shape error deep inside an encoder.
+Checkpoints describe themselves (models/base.py; `describe_checkpoint`): besides the shared header,
+the modality set, the input dims per modality, the feature config and the feature-store manifest
+hash. Running a model on features with other dims stops with a message saying which and how to
+fix it, instead of a shape error deep inside an encoder.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +23,13 @@ import hydra
 import lightning as L
 import torch
 import torch.nn.functional as F
-import yaml
-from torchmetrics import CatMetric
 
-from empathic_fusion.metrics import aggregate_by_rating, empathy_metrics, rating_threshold_to_target
+from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
+from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics, rating_threshold_to_target
+from empathic_fusion.models.base import EmpathyLightningModule, read_header
 from empathic_fusion.models.components.heads import make_head
-from empathic_fusion.utils import CONFIG_DIR
 
-STAGES = ("train", "val", "test")
-OPTIMIZER_DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "optimizer" / "adamw.yaml").read_text())
-SCHEDULER_DEFAULTS: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "scheduler" / "step_lr.yaml").read_text())
-CHECKPOINT_KEY = "empathic_fusion"
-CHECKPOINT_FORMAT = 1
+PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")  # from the datamodule, when given
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
 
 
@@ -41,79 +38,66 @@ class FeatureMismatchError(ValueError):
 
 
 def _mismatch_message(description: dict[str, Any], problems: list[str]) -> str:
-    features = description.get("features")
+    features = description["features"]
     return ("the model was trained on other features than these: " + "; ".join(problems)
-            + f". It expects modalities {description.get('modalities')} with dims {description.get('input_dims')}"
+            + f". It expects modalities {description['modalities']} with dims {description['input_dims']}"
             + (f" (feature config {features})" if features else "")
             + ". Extract the features with the checkpoint's feature config (evaluate.py does so unless "
               "features.* are overridden) or retrain on these features.")
 
 
 def describe_checkpoint(path: str | Path) -> dict[str, Any]:
-    """What a checkpoint was trained on: modalities, input dims, feature config, data hashes."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    if CHECKPOINT_KEY in checkpoint:
-        return checkpoint[CHECKPOINT_KEY]
-    hparams = checkpoint.get("hyper_parameters")
-    if not hparams:
-        raise ValueError(f"{path} is not an empathic-fusion checkpoint (no hyper_parameters)")
-    return _description(hparams)
+    """What a checkpoint was trained on: its header (models/base.py), e.g. modalities, input dims,
+    feature config, data hashes."""
+    return read_header(path)
 
 
-def _description(hparams: Any) -> dict[str, Any]:
-    data_info = hparams.get("data_info") or {}
-    run_config = hparams.get("run_config") or {}
-    return {"format": CHECKPOINT_FORMAT, "modalities": list(hparams["modalities"]),
-            "input_dims": {k: int(v) for k, v in dict(hparams["input_dims"]).items()},
-            "features": run_config.get("features"), "feature_manifest_hash": data_info.get("feature_manifest_hash"),
-            "split_hash": data_info.get("split_hash"), "window_frames": data_info.get("window_frames"),
-            "dataset": data_info.get("dataset"), "net": dict(hparams["net"]).get("_target_"), "head": hparams["head"]}
+class EmpathyModule(EmpathyLightningModule):
+    """`net` and `head` from the model config; modalities and input dims from the datamodule
+    (`data_info`: EmpathyDataModule.fitted_state()); `needs`: modalities the net cannot run without."""
 
+    collected_keys = ("pred", "target", "rating")
 
-class EmpathyModule(L.LightningModule):
-    def __init__(self, net: dict[str, Any], modalities: list[str], input_dims: dict[str, int],
-                 head: str = "similarity", optimizer: dict[str, float] | None = None,
-                 scheduler: dict[str, float] | None = None, threshold_rating: float = 3.0,
-                 data_info: dict[str, Any] | None = None, run_config: dict[str, Any] | None = None):
-        super().__init__()
+    def __init__(self, net: dict[str, Any], head: str, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
+                 data_info: dict[str, Any], run_config: dict[str, Any], needs: list[str] | None = None):
+        super().__init__(optimizer, scheduler, data_info, run_config)
         self.save_hyperparameters()
-        self.net = hydra.utils.instantiate(net, modalities=list(modalities), input_dims=dict(input_dims),
+        self.modalities = list(data_info["modalities"])
+        self.input_dims = {k: int(v) for k, v in dict(data_info["input_dims"]).items()}
+        lacking = sorted(set(needs or []) - set(self.modalities))
+        if lacking:
+            raise ValueError(f"{str(net['_target_']).rsplit('.', 1)[-1]} needs modalities {lacking}; the data has "
+                             f"{self.modalities} (pick a modality that includes them, e.g. modality=t)")
+        self.net = hydra.utils.instantiate(net, modalities=list(self.modalities), input_dims=dict(self.input_dims),
                                            _convert_="all")
         required = getattr(self.net, "required_head", head)
         if head != required:
             raise ValueError(f"{type(self.net).__name__} works only with head={required}, got head={head}")
-        self.head = make_head(head, self.net.out_dim, int(input_dims["story"]))
-        # the defaults are conf/optimizer/adamw.yaml and conf/scheduler/step_lr.yaml (a checkpoint or
-        # caller giving only {"lr": ...} gets the rest from there)
-        self.optimizer_cfg = {**OPTIMIZER_DEFAULTS, **(optimizer or {})}
-        self.scheduler_cfg = {**SCHEDULER_DEFAULTS, **(scheduler or {})}
-        self.threshold = rating_threshold_to_target(threshold_rating)
-        self.collected = torch.nn.ModuleDict({
-            f"{stage}_outputs": torch.nn.ModuleDict({k: CatMetric(nan_strategy="disable") for k in ("pred", "target", "rating")})
-            for stage in STAGES
-        })  # "train" itself would clash with nn.Module.train
-        self.results: dict[str, dict[str, dict[str, float]]] = {}
-        self.test_predictions: dict[str, torch.Tensor] = {}
+        self.head = make_head(head, self.net.out_dim, int(self.input_dims["story"]))
+        self.threshold = rating_threshold_to_target(float(run_config["evaluation"]["threshold_rating"]))
         self.normalization: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def describe(self) -> dict[str, Any]:
-        """The self-description stored in every checkpoint."""
-        return _description(self.hparams)
+        """The fusion fields of the checkpoint header."""
+        provenance = {k: self.data_info[k] for k in PROVENANCE if k in self.data_info}
+        return {"modalities": list(self.modalities), "input_dims": dict(self.input_dims),
+                "features": self.run_config["features"], **provenance, "net": self.hparams.net["_target_"],
+                "head": self.hparams.head}
 
     def check_input_dims(self, input_dims: dict[str, int], modalities: list[str] | None = None) -> None:
         """Raise FeatureMismatchError when data of these dims (and modalities) cannot feed this model."""
-        expected = self.hparams.input_dims
+        expected = self.input_dims
         problems = []
-        if modalities is not None and set(modalities) != set(self.hparams.modalities):
-            problems.append(f"modalities {sorted(modalities)} instead of {sorted(self.hparams.modalities)}")
-        for name in [*self.hparams.modalities, "story"]:
+        if modalities is not None and set(modalities) != set(self.modalities):
+            problems.append(f"modalities {sorted(modalities)} instead of {sorted(self.modalities)}")
+        for name in [*self.modalities, "story"]:
             if name in input_dims and int(input_dims[name]) != int(expected[name]):
                 problems.append(f"{name} has {int(input_dims[name])} dims instead of {int(expected[name])}")
         if problems:
             raise FeatureMismatchError(_mismatch_message(self.describe(), problems))
 
     def _check_batch(self, batch: dict) -> None:
-        dims = {m: batch[m]["x"].shape[-1] for m in self.hparams.modalities if isinstance(batch.get(m), dict)}
+        dims = {m: batch[m]["x"].shape[-1] for m in self.modalities if isinstance(batch.get(m), dict)}
         if "story" in batch:
             dims["story"] = batch["story"].shape[-1]
         self.check_input_dims(dims)
@@ -124,6 +108,7 @@ class EmpathyModule(L.LightningModule):
         return self.head(self.net(batch), batch["story"])
 
     def setup(self, stage: str) -> None:
+        super().setup(stage)
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         input_dims = getattr(datamodule, "input_dims", None)
         if input_dims:  # fail before the first batch when the datamodule already knows its dims
@@ -133,11 +118,12 @@ class EmpathyModule(L.LightningModule):
             self.normalization = {m: (torch.as_tensor(mean), torch.as_tensor(std)) for m, (mean, std) in stats.items()}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = self.describe()
+        super().on_save_checkpoint(checkpoint)
         if self.normalization:
             checkpoint[STATS_KEY] = self.normalization
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
         self.normalization = dict(checkpoint.get(STATS_KEY) or {})
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
@@ -145,10 +131,7 @@ class EmpathyModule(L.LightningModule):
         loss = F.mse_loss(pred, batch["target"])
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
                  batch_size=len(pred))
-        store = self.collected[f"{stage}_outputs"]
-        store["pred"].update(pred.detach().float())
-        store["target"].update(batch["target"].float())
-        store["rating"].update(batch["rating_index"].float())
+        self.collect(stage, pred=pred, target=batch["target"], rating=batch["rating_index"])
         return loss
 
     def on_fit_start(self) -> None:
@@ -170,18 +153,8 @@ class EmpathyModule(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "test")
 
-    def predict_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        """Predicted empathy per window on the cosine scale (a datamodule's predict split, in order)."""
-        return self(batch)
-
-    def _epoch_end(self, stage: str) -> None:
-        store = self.collected[f"{stage}_outputs"]
-        if store["pred"].update_count == 0:
-            return
-        pred, target = store["pred"].compute().cpu(), store["target"].compute().cpu()
-        rating = store["rating"].compute().cpu().long()
-        for metric in store.values():
-            metric.reset()
+    def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
+        pred, target, rating = outputs["pred"], outputs["target"], outputs["rating"].long()
         if not torch.isfinite(pred).all():  # NaN kept (nan_strategy="disable"): say so instead of failing later
             bad = int((~torch.isfinite(pred)).sum())
             raise FloatingPointError(f"{stage}: {bad} of {len(pred)} window predictions are NaN/Inf. The inputs or "
@@ -197,21 +170,41 @@ class EmpathyModule(L.LightningModule):
             self.test_predictions = {"window_pred": pred, "window_target": target, "window_rating": rating,
                                      "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
 
-    def on_train_epoch_end(self) -> None:
-        self._epoch_end("train")
+    def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
+                              split: str, test_csv: str | None = None) -> L.LightningDataModule:
+        datamodule = super().evaluation_datamodule(data_overrides, features_overrides, split, test_csv)
+        if split == "val":
+            datamodule.datasets["test"] = datamodule.datasets["val"]
+        return datamodule
 
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
+    def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
+               loggers: list | tuple = ()) -> dict[str, Any]:
+        """Per window and per rating, next to the train-mean constant baseline; predictions with
+        session, participant and story, the per-participant breakdown, bootstrap CIs and plots.
 
-    def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")
-
-    def configure_optimizers(self):
-        params = [p for p in self.parameters() if p.requires_grad]
-        if not params:  # parameter-free baseline: Lightning runs the epochs without an optimizer
-            return None
-        optimizer = hydra.utils.instantiate(self.optimizer_cfg)(params)
-        scheduler_cfg = dict(self.scheduler_cfg)
-        interval = scheduler_cfg.pop("interval", "epoch")
-        scheduler = hydra.utils.instantiate(scheduler_cfg)(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
+        `evaluation` (conf/evaluation) sets the Acc/F1 threshold (`threshold_rating`; mode `fixed`,
+        or `validation`: the prediction cutoff that maximises F1 on the validation split), the
+        participant resamples for the CIs and whether to draw plots (empathic_fusion/evaluation/report.py).
+        """
+        config = settings(evaluation)
+        threshold_rating = float(config["threshold_rating"])
+        threshold = rating_threshold_to_target(threshold_rating)
+        predictions = self.test_predictions
+        val_predictions = predict_split(self, datamodule.val_dataloader()) if config["threshold"] == "validation" else None
+        report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
+                              val_predictions, loggers)
+        results = report["results"]
+        with warnings.catch_warnings():  # a constant's correlation is undefined; reported as 0 by design
+            warnings.simplefilter("ignore")
+            baseline = {level: empathy_metrics(torch.full_like(predictions[f"{level}_target"], datamodule.train_target_mean),
+                                               predictions[f"{level}_target"], threshold)
+                        for level in ("window", "rating")}
+        rows = {f"{self.title} (per window)": results["window"], f"{self.title} (per rating)": results["rating"],
+                "constant train mean (per window)": baseline["window"],
+                "constant train mean (per rating)": baseline["rating"]}
+        ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
+        summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
+                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
+        heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
+                   "MSE on the cosine scale (rating-3)/2)")
+        return write_test_report(out_dir, heading, rows, summary, notes=ci_table)

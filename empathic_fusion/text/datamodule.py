@@ -54,8 +54,15 @@ class TextDataModule(L.LightningDataModule):
                  test_all: bool = _T.test_all, val_fraction: float = _T.val_fraction, batch_size: int = _T.batch_size,
                  split_seed: int = _T.split_seed, levels: list[int] | None = None, max_rows: int | None = None,
                  name: str = _T.name, num_workers: int = _T.num_workers, table: pd.DataFrame | None = None,
-                 generated: bool = False, predict: bool = False):
+                 generated: bool = False, predict: bool = False, modalities: list[str] = ("text",),
+                 features: dict[str, Any] | None = None):
+        """`modalities` and `features` are what the pipeline gives every datamodule: a text table
+        serves the text modality only, and its fields are embedded by the model's own encoder, so
+        the feature-extraction config (conf/features) does not apply."""
         super().__init__()
+        if list(modalities) != ["text"]:
+            raise ValueError(f"a text table (data={name}) serves the text modality only, got modalities "
+                             f"{list(modalities)}: use modality=t")
         as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
         self.path = path
         self.name = name

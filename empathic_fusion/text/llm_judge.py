@@ -184,7 +184,7 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
 
     from empathic_fusion.evaluation.tables import aggregate_runs, write_tables
     from empathic_fusion.metrics import METRIC_NAMES, metrics_with_levels
-    from empathic_fusion.text.pipeline import build_text_datamodule
+    from empathic_fusion.models.base import build_datamodule
 
     settings = cfg.judge
     client = ChatClient.from_env(cache_dir=settings.get("cache_dir"), timeout_s=settings.timeout_s,
@@ -196,10 +196,10 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
         return {"skipped": "no endpoint"}
     if not cfg.get("data") or "_target_" not in cfg.data:
         raise ValueError("the LLM judge needs a text table: evaluate.py judge=llm_judge +data=<text data config>")
-    dm = build_text_datamodule(OmegaConf.to_container(cfg.data, resolve=True))
+    dm = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True), {}, ["text"])
     dm.setup()
     scale = tuple(settings.get("scale") or dm.levels or (1, 5))
-    threshold = float(settings.get("threshold_rating", 3.0))
+    threshold = float(cfg.evaluation.threshold_rating)
     runs, answered, predictions = [], [], []
     for k, (train, test) in enumerate(dm.folds):
         test = test[: settings.max_items] if settings.get("max_items") else test

@@ -3,8 +3,8 @@ one score per label; the overall score is the mean of the label scores (Empathy 
 The default adds stacked ridge experts (empathic_fusion/text/experts.py: TF-IDF and one ridge per field on the
 frozen embeddings) and puts the head over their scores; see TextRegressor.
 
-`TextEmpathyModule` is the LightningModule every text model trains as, built from config like the
-fusion nets: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
+`TextEmpathyModule` is the LightningModule every text model trains as (models/base.py), built from
+config like the fusion models: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
 top n layers fine-tuned; pooling is the encoder's; `head` a `_partial_`; an optional extra
 `branch`, empathic_fusion/text/branches.py), `optimizer` and `scheduler` (`_partial_`
 configs, conf/optimizer, conf/scheduler). Persona conditioning ("Talk, Listen, Connect"): each
@@ -13,13 +13,16 @@ representation; `use_persona=False` drops it. Targets are standardised with the 
 statistics (kept in the checkpoint); MSE is taken on that scale.
 
 Checkpoints describe themselves: `hyper_parameters` hold the net/optimizer configs and `data_info`
-(fields, labels, persona vocabulary, target scaling, levels); `checkpoint["empathic_text"]` adds
-the encoder's folder and identity hash, checked when the checkpoint is loaded.
+(fields, labels, persona vocabulary, target scaling, levels); the header (`checkpoint["empathic_fusion"]`,
+models/base.py) adds the encoder's folder and identity hash, checked when the checkpoint is loaded,
+and the fitted experts' stack report. The test report is `report()` (the shared one of
+empathic_fusion/evaluation/report.py, with the baselines, per-label rows and level metrics).
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -28,14 +31,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from empathic_fusion.metrics import metric_values
+from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
+from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
+from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.text.data import PersonaEncoder
+from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.encoder import SentenceEncoder
 from empathic_fusion.text.experts import stack_weights
+from empathic_fusion.text.report import OVERALL, robustness_report, text_report_rows
 
 log = logging.getLogger(__name__)
-OVERALL = "overall"
-CHECKPOINT_KEY = "empathic_text"
 
 
 class PersonaEmbedding(nn.Module):
@@ -153,17 +158,20 @@ class TextRegressor(nn.Module):
         return out + (scores.to(out.dtype) * self.stack_weight).sum(-1) + self.stack_bias
 
 
-class TextEmpathyModule(L.LightningModule):
+class TextEmpathyModule(EmpathyLightningModule):
     """Train / validate / test / predict a text net; logs `{stage}/loss` and `{stage}/rating/{r,rho,mse}`
-    of the overall score (the mean of the labels) so sweepers can optimise a validation metric."""
+    of the overall score (the mean of the labels) so sweepers can optimise a validation metric.
+    `data_info` is TextDataModule.fitted_state(); `baselines` and `robustness` configure the report."""
 
-    def __init__(self, net: dict[str, Any], data_info: dict[str, Any], optimizer: dict[str, Any],
-                 scheduler: dict[str, Any] | None = None, encoder_lr: float = 2.0e-5, use_persona: bool = True,
-                 run_config: dict[str, Any] | None = None):
-        super().__init__()
+    collected_keys = ("pred", "target", "row")
+
+    def __init__(self, net: dict[str, Any], optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
+                 data_info: dict[str, Any], run_config: dict[str, Any], encoder_lr: float, use_persona: bool,
+                 baselines: dict[str, Any], robustness: dict[str, Any]):
+        super().__init__(optimizer, scheduler, data_info, run_config)
         self.save_hyperparameters()
         self.label_names = list(data_info["labels"])
-        self.levels = tuple(data_info["levels"]) if data_info.get("levels") else None
+        self.levels = tuple(data_info["levels"]) if data_info["levels"] else None
         self.persona_encoder = PersonaEncoder.from_state(data_info["persona"])
         persona = use_persona and bool(self.persona_encoder.columns)
         net_cfg = dict(net)
@@ -177,8 +185,6 @@ class TextEmpathyModule(L.LightningModule):
                              "trainable_layers": encoder.trainable_layers}
         self.register_buffer("target_mean", torch.tensor(data_info["target_mean"], dtype=torch.float32))
         self.register_buffer("target_std", torch.tensor(data_info["target_std"], dtype=torch.float32))
-        self._outputs: dict[str, list] = {"val": [], "test": []}
-        self.test_predictions: dict[str, np.ndarray] = {}
         self.stack_report: dict[str, dict[str, float]] = {}
 
     @property
@@ -188,6 +194,14 @@ class TextEmpathyModule(L.LightningModule):
     def forward(self, batch: dict) -> torch.Tensor:
         """Scores on the label scale, N x labels."""
         return self.net(batch) * self.target_std + self.target_mean
+
+    def setup(self, stage: str) -> None:
+        """A frozen encoder encodes every text of the datamodule's table once (cached on disk when
+        cache_dir is set); batches then carry the cached embeddings."""
+        super().setup(stage)
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is not None:
+            attach_encoder(self, datamodule)
 
     def on_fit_start(self) -> None:
         """Fit an extra branch (TF-IDF, ...) on the training rows' texts, once (not again on resume), and
@@ -229,9 +243,9 @@ class TextEmpathyModule(L.LightningModule):
         loss = nn.functional.mse_loss(z, (batch["target"] - self.target_mean) / self.target_std)
         self.log(f"{stage}/loss", loss, batch_size=len(batch["target"]), prog_bar=stage != "test",
                  sync_dist=stage != "train")
-        if stage in self._outputs:
-            scores = z.detach() * self.target_std + self.target_mean
-            self._outputs[stage].append((scores.float().cpu(), batch["target"].cpu(), batch["row"].cpu()))
+        if stage != "train":
+            self.collect(stage, pred=z.detach() * self.target_std + self.target_mean, target=batch["target"],
+                         row=batch["row"])
         return loss
 
     def _with_fit_scores(self, batch: dict) -> dict:
@@ -254,59 +268,106 @@ class TextEmpathyModule(L.LightningModule):
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "test")
 
-    def predict_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self(batch)
-
-    def _gather(self, stage: str) -> dict[str, np.ndarray]:
-        outs, self._outputs[stage] = self._outputs[stage], []
-        if not outs:
-            return {}
-        pred, target, row = (torch.cat([o[i] for o in outs]) for i in range(3))
-        if self.trainer.world_size > 1:  # DDP: every process gets every rank's rows
-            pred, target, row = (self.all_gather(t).flatten(0, 1) if t.dim() > 1 else self.all_gather(t).flatten()
-                                 for t in (pred, target, row))
-            order = np.unique(row.cpu().numpy(), return_index=True)[1]
+    def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
+        pred, target, row = outputs["pred"], outputs["target"], outputs["row"].long()
+        if self.trainer.world_size > 1:  # DDP: every rank's rows, once each (the sampler pads with repeats)
+            order = np.unique(row.numpy(), return_index=True)[1]
             pred, target, row = pred[order], target[order], row[order]
-        return {"pred": pred.cpu().numpy(), "target": target.cpu().numpy(), "row": row.cpu().numpy()}
-
-    def _epoch_metrics(self, stage: str) -> dict[str, np.ndarray]:
-        gathered = self._gather(stage)
-        if gathered and not self.trainer.sanity_checking:
+        gathered = {"pred": pred.numpy(), "target": target.numpy(), "row": row.numpy()}
+        if not self.trainer.sanity_checking:
             values = metric_values(gathered["pred"].mean(1), gathered["target"].mean(1))
             for name in ("pearson", "spearman", "mse"):
                 self.log(f"{stage}/rating/{name}", float(values[name]), sync_dist=False)
-        return gathered
+        if stage == "test":
+            self.test_predictions = gathered
 
-    def on_validation_epoch_end(self) -> None:
-        self._epoch_metrics("val")
-
-    def on_test_epoch_end(self) -> None:
-        self.test_predictions = self._epoch_metrics("test")
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_KEY] = {"format": 1, "encoder": self.encoder_info, "fields": list(self.net.fields),
-                                      "labels": self.label_names, "stack": self.stack_report}
+    def describe(self) -> dict[str, Any]:
+        """The text fields of the checkpoint header."""
+        return {"net": self.hparams.net["_target_"], "encoder": self.encoder_info, "fields": list(self.net.fields),
+                "labels": self.label_names, "stack": self.stack_report}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.stack_report = (checkpoint.get(CHECKPOINT_KEY) or {}).get("stack") or self.stack_report
-        saved = (checkpoint.get(CHECKPOINT_KEY) or {}).get("encoder") or {}
-        if saved.get("identity") and saved["identity"] != self.encoder_info["identity"]:
-            raise ValueError(f"the checkpoint was trained with encoder {saved.get('model_path')} (identity "
+        super().on_load_checkpoint(checkpoint)
+        header = checkpoint[HEADER_KEY]
+        self.stack_report = header["stack"] or self.stack_report
+        saved = header["encoder"]
+        if saved["identity"] and saved["identity"] != self.encoder_info["identity"]:
+            raise ValueError(f"the checkpoint was trained with encoder {saved['model_path']} (identity "
                              f"{saved['identity']}), but {self.encoder_info['model_path']} (identity "
                              f"{self.encoder_info['identity']}) was loaded: give model.net.encoder.model_path of "
                              "the training encoder")
 
-    def configure_optimizers(self):
+    def parameter_groups(self) -> list:
+        """The head (and persona, branch) at the optimizer's lr; fine-tuned encoder layers at `encoder_lr`."""
         encoder = self.net.encoder
         encoder_params = [p for p in encoder.parameters() if p.requires_grad] if encoder is not None else []
         other = [p for n, p in self.net.named_parameters() if p.requires_grad and not n.startswith("encoder.")]
         groups = [{"params": other}]
         if encoder_params:
             groups.append({"params": encoder_params, "lr": self.hparams.encoder_lr})
-        optimizer = hydra.utils.instantiate(self.hparams.optimizer)(groups)
-        if not self.hparams.scheduler:
-            return optimizer
-        scheduler_cfg = dict(self.hparams.scheduler)
-        interval = scheduler_cfg.pop("interval", "epoch")
-        scheduler = hydra.utils.instantiate(scheduler_cfg)(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": interval}}
+        return groups
+
+    def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
+                              split: str, test_csv: str | None = None) -> TextDataModule:
+        """The checkpoint's own fold (split=test), its validation rows (split=val) or every row of
+        `test_csv` (same columns), with the checkpoint's persona vocabulary and target scaling."""
+        data_cfg = {**self.run_config["data"], **data_overrides}
+        if test_csv:
+            data_cfg.update(path=str(test_csv), test_all=True, cv_fold=None, max_rows=None)
+        datamodule = self.instantiate_datamodule(data_cfg, {**self.run_config["features"], **features_overrides})
+        datamodule.setup("test")
+        info = self.data_info  # the checkpoint's persona vocabulary and scaling, never refitted
+        datamodule.apply_fitted(PersonaEncoder.from_state(info["persona"]), np.asarray(info["target_mean"]),
+                                np.asarray(info["target_std"]))
+        missing = [f for f in info["fields"] if f not in datamodule.fields]
+        if missing:
+            raise ValueError(f"the model reads fields {info['fields']}, the data ({data_cfg['path']}) has "
+                             f"{list(datamodule.fields)}")
+        if split == "val" and not test_csv:
+            datamodule.test_rows = datamodule.val_rows
+        return datamodule
+
+    def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
+               loggers: list | tuple = ()) -> dict[str, Any]:
+        """The test fold's report: model and baselines per label (`outputs`) and overall (`model`,
+        `baselines`), macro-F1 and QWK on levels, bootstrap CIs resampling the groups (writers,
+        conversations) and plots of the overall score, the experts' stack, the data; the
+        perturbation report when `robustness.n_texts` > 0."""
+        config = settings(evaluation)
+        if config["threshold"] != "fixed":
+            raise ValueError(f"evaluation.threshold={config['threshold']}: a text model's report cuts Acc/F1 at "
+                             "evaluation.threshold_rating (evaluation.threshold=fixed)")
+        threshold_rating = float(config["threshold_rating"])
+        rows = text_report_rows(self, datamodule, threshold_rating, self.hparams.baselines)
+        main, per_output = rows["main"], rows["per_output"]
+        baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
+        frame = rows["predictions"]
+        plots = self.levels is not None and 1 <= self.levels[0] and self.levels[1] <= 5  # the plots' 1-5 axes
+        ci = group_report(frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
+                          threshold_rating, out_dir, {**config, "plots": config["plots"] and plots}, loggers)
+        summary = {"model": {"rating": per_output[main][self.title]}, "baselines": baseline_results,
+                   "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
+                   "ci": ci, "confidence": float(config["confidence"]), "stack": self.stack_report,
+                   "data": datamodule.describe()}
+        dm = datamodule
+        heading = (f"Test metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(dm.test_rows)} rows, {main}; "
+                   f"Acc/F1: above {threshold_rating:g} counts as empathized)")
+        logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
+                  for m, v in res["rating"].items()}
+        notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
+        write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
+                          notes=notes, loggers=loggers, logged=logged)
+        robust = robustness_report(self, datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
+        if robust is not None:
+            summary["robustness"] = str(robust)
+        return summary
+
+
+def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> None:
+    """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set)."""
+    encoder = module.frozen_encoder
+    datamodule.embedder = encoder
+    module.encoder.check_languages(datamodule.fields)
+    if encoder is not None:
+        encoder.warm(datamodule.all_texts())
+        encoder.save_cache()

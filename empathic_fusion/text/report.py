@@ -1,0 +1,103 @@
+"""The text-specific rows of the one test report (empathic_fusion/evaluation/report.py): every test
+fold scores the model next to the baselines the project always reports, fitted on the same training
+rows (TF-IDF + ridge, ridge on the frozen encoder's embeddings, the training mean), one row per
+label and the overall mean, with macro-F1 and QWK on levels; plus the perturbation report.
+
+A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
+experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from empathic_fusion.metrics import metrics_with_levels
+from empathic_fusion.text import baselines
+from empathic_fusion.text.datamodule import TextDataModule
+from empathic_fusion.text.encoder import SentenceEncoder
+
+if TYPE_CHECKING:
+    from empathic_fusion.text.model import TextEmpathyModule
+
+OVERALL = "overall"
+
+
+def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
+    """The reported baselines on the test rows, fitted on this fold's training (+ validation) rows."""
+    dm = datamodule
+    test, train, val = dm.test_rows, dm.train_rows, dm.val_rows
+    rows = {"TF-IDF + ridge": baselines.tfidf_ridge(dm.fields, dm.targets, train, test, alpha, val)}
+    if encoder is not None:
+        embeddings = torch.cat([encoder(dm.fields[f]) for f in dm.spec.fields], dim=-1).float().cpu().numpy()
+        rows["ridge on frozen embeddings"] = baselines.embedding_ridge(embeddings, dm.targets, train, test, val)
+    rows["training mean"] = baselines.train_mean(dm.targets[np.concatenate([train, val])], len(test))
+    return rows
+
+
+def frozen_twin(module: TextEmpathyModule) -> SentenceEncoder:
+    """The frozen encoder (for the embedding baseline): the module's own, or the fine-tuned one's
+    pretrained weights loaded afresh."""
+    if module.frozen_encoder is not None:
+        return module.frozen_encoder
+    enc = dict(module.hparams.net["encoder"])
+    enc.pop("_target_", None)
+    return SentenceEncoder(**{**enc, "trainable_layers": 0})
+
+
+def text_report_rows(module: "TextEmpathyModule", datamodule: TextDataModule, threshold_rating: float,
+                     baselines_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The test fold's metrics per output (each label, and their mean as `overall`) for the model
+    and the enabled baselines, with the rows' predictions. Acc/F1: above `threshold_rating` counts
+    as empathized."""
+    predictions = module.test_predictions
+    if not predictions:
+        raise RuntimeError("no test predictions: run trainer.test first (and give the datamodule test rows)")
+    dm = datamodule
+    order = np.argsort(predictions["row"])
+    rows_idx = predictions["row"][order]
+    if not np.array_equal(rows_idx, np.sort(dm.test_rows)):
+        raise RuntimeError(f"test predictions cover {len(rows_idx)} rows, the fold has {len(dm.test_rows)}")
+    pred, target = predictions["pred"][order], predictions["target"][order]
+    dm.test_rows = rows_idx
+    compare = {}
+    if baselines_cfg["enabled"] and len(dm.train_rows):
+        encoder = frozen_twin(module) if baselines_cfg["embedding_ridge"] else None
+        compare = baseline_predictions(dm, encoder, baselines_cfg["ridge_alpha"])
+    names = module.label_names
+    title = module.title
+    outputs = {name: {title: pred[:, j], **{b: p[:, j] for b, p in compare.items()}} for j, name in enumerate(names)}
+    if len(names) > 1:
+        outputs[OVERALL] = {title: pred.mean(1), **{b: p.mean(1) for b, p in compare.items()}}
+    per_output = {name: {row: metrics_with_levels(p, target.mean(1) if name == OVERALL else target[:, names.index(name)],
+                                                  threshold_rating, module.levels) for row, p in rows.items()}
+                  for name, rows in outputs.items()}
+    main = OVERALL if len(names) > 1 else names[0]
+    frame = pd.DataFrame({"row_index": rows_idx, "participant_id": dm.groups(rows_idx), "fold": dm.fold,
+                          "target": target.mean(1), "prediction": pred.mean(1)})
+    for j, name in enumerate(names):
+        frame[f"{name}_true"], frame[f"{name}_pred"] = target[:, j], pred[:, j]
+    return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame}
+
+
+def robustness_report(module: "TextEmpathyModule", datamodule: TextDataModule, settings: dict[str, Any], seed: int,
+                      out_dir: Path) -> Path | None:
+    """The perturbation report of the tested module on (up to n_texts of) the test fold's texts."""
+    n_texts = int(settings["n_texts"] or 0)
+    if not n_texts or not len(datamodule.test_rows):
+        return None
+    from empathic_fusion.text.robustness import robustness_table, write_report
+    from empathic_fusion.text.scorer import TextScorer
+
+    dm = datamodule
+    scorer = TextScorer(module)
+    pick = np.sort(np.random.default_rng(seed).permutation(dm.test_rows)[:n_texts])
+    fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
+    table = robustness_table(scorer, fields[dm.spec.fields[0]], tuple(settings["levels"]), seed,
+                             context=fields, persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
+    paths = write_report(table, out_dir, settings["report_level"])
+    print(paths["md"].read_text())
+    return paths["md"]

@@ -1,0 +1,73 @@
+"""One model family, one pipeline: a fusion model and a text model are built from their model configs'
+`_target_`, trained, tested and reported by the same `pipeline.train`, and their checkpoints are
+rebuilt by `pipeline.evaluate` from the class their header names."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, load_module, read_header
+from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.pipeline import evaluate, train
+from empathic_fusion.text.model import TextEmpathyModule
+from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.utils.compose import compose_config
+
+pytestmark = pytest.mark.slow  # trains a fusion and a text model
+
+COMMON = ["trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+          "logger=none", "seed=1", "evaluation.bootstrap=0", "evaluation.plots=false"]
+HEADER_KEYS = {"class", "format", "created", "commit", "data", "net"}
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dataset, tiny_store, tmp_path_factory):
+    root = tmp_path_factory.mktemp("family")
+    fusion = compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
+                             "data.extract_workers=1", "model=lf_lstm", "modality=t", "trainer.max_epochs=3",
+                             "model.optimizer.lr=1e-3", *COMMON], root / "fusion")
+    fusion_results = train(fusion)
+    make_text_table(30, 3, seed=0).to_csv(root / "table.csv", index=False)
+    text = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={root / 'table.csv'}",
+                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
+                           "data.cv_folds=3", "model.net.encoder.cache_dir=null", "model.baselines.embedding_ridge=false",
+                           "trainer.max_epochs=3", *COMMON], root / "text")
+    text_results = train(text)
+    return {"fusion": (fusion_results, root / "fusion"), "text": (text_results, root / "text")}
+
+
+@pytest.mark.parametrize("kind, cls", [("fusion", EmpathyModule), ("text", TextEmpathyModule)])
+def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, tmp_path):
+    results, out = runs[kind]
+    assert issubclass(cls, EmpathyLightningModule)
+    written = json.loads((out / "test_metrics.json").read_text())
+    assert written["model"]["rating"]["pearson"] == pytest.approx(results["model"]["rating"]["pearson"])
+    assert (out / "test_metrics.md").exists() and (out / "test_metrics.csv").exists() and (out / "test_predictions.csv").exists()
+    header = read_header(results["best_checkpoint"])
+    assert HEADER_KEYS <= set(header) and header["class"] == f"{cls.__module__}.{cls.__name__}"
+    assert header["format"] == 2 and header["data"]  # the datamodule's describe()
+    module = load_module(results["best_checkpoint"])
+    assert type(module) is cls and module.optimizer_cfg["_target_"] == "torch.optim.AdamW"
+    again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation.bootstrap=0",
+                                     "evaluation.plots=false"], tmp_path, "evaluate"))
+    for metric, value in results["model"]["rating"].items():
+        assert again["model"]["rating"][metric] == pytest.approx(value, abs=1e-5, nan_ok=True), metric
+
+
+def test_every_module_builds_its_optimizer_and_scheduler_from_the_config(runs):
+    fusion = load_module(runs["fusion"][0]["best_checkpoint"])
+    config = fusion.configure_optimizers()
+    assert config["optimizer"].defaults["lr"] == 1e-3 and config["optimizer"].defaults["weight_decay"] == 0.01
+    assert config["lr_scheduler"]["interval"] == "epoch" and config["lr_scheduler"]["scheduler"].step_size == 5
+    text = load_module(runs["text"][0]["best_checkpoint"])
+    assert isinstance(text.configure_optimizers(), torch.optim.AdamW)  # text_regressor: scheduler null
+
+
+def test_a_checkpoint_without_the_header_is_refused_with_the_fix(runs, tmp_path):
+    checkpoint = torch.load(runs["fusion"][0]["best_checkpoint"], map_location="cpu", weights_only=False)
+    del checkpoint[HEADER_KEY]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    with pytest.raises(ValueError, match="no 'empathic_fusion' header.*retrain"):
+        load_module(tmp_path / "old.ckpt")
