@@ -66,18 +66,19 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
     data, store = root / "dataset", FeatureStore(root / "store")
     (data / "transcripts").mkdir(parents=True, exist_ok=True)
     (data / "media").mkdir(exist_ok=True)
-    (data / "media" / "unused.avi").touch()  # the contract wants a video file; the store is already filled
     n_frames = int(round(FULL_FRAMES * fraction / sessions))
     windows_per_session = max(1, int(round(FULL_WINDOWS * fraction / sessions)))
     span = (windows_per_session - 1 + FRAMES // FPS) + 1  # seconds of Story Share per session
     if span * FPS + 2 * FPS > n_frames:
         raise ValueError(f"{n_frames} frames per session cannot hold a {span} s Story Share phase; use fewer --sessions")
     ids = [f"s{i:04d}" for i in range(sessions)]
+    for sid in ids:  # the contract wants a video file per session (the store is already filled); distinct
+        (data / "media" / f"{sid}.avi").write_text(sid)  # bytes, or the sessions would share one recording
     traits = rng.uniform(1, 5, size=(sessions, len(TRAIT_COLUMNS))).round(2)
     pd.DataFrame({"participant_id": [f"p{i:04d}" for i in range(sessions)],
                   **{c: traits[:, j] for j, c in enumerate(TRAIT_COLUMNS)}}).to_csv(data / "participants.csv", index=False)
     pd.DataFrame({"session_id": ids, "participant_id": [f"p{i:04d}" for i in range(sessions)],
-                  "video": "media/unused.avi"}).to_csv(data / "sessions.csv", index=False)
+                  "video": [f"media/{sid}.avi" for sid in ids]}).to_csv(data / "sessions.csv", index=False)
     stories = [f"story{i}" for i in range(8)]
     pd.DataFrame({"story_id": stories, "text": [f"synthetic story {i}" for i in range(8)]}).to_csv(data / "stories.csv", index=False)
     pd.DataFrame({"session_id": ids, "story_id": [stories[i % 8] for i in range(sessions)],
@@ -93,7 +94,7 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
         transcripts[sid].to_csv(data / "transcripts" / f"{sid}.csv", index=False)
     dataset, cfg = load_dataset(data), with_defaults(features_config(branch_dims))
     signatures = {sid: {b: branch_signature(store, dataset, sid, b, cfg) for b in branch_dims} for sid in ids}
-    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 2,
+    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 3,
             "signatures": canonical_hash(signatures)}
     done = root / "spec.json"
     if done.exists() and json.loads(done.read_text()) == spec:
