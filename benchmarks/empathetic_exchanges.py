@@ -41,12 +41,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every fold's run")
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="folder for the folds' runs (default: logs/benchmarks/empathetic_exchanges/<time>)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="folds trained at once, one process each (seconds per fold then overlap)")
     add_output_arguments(parser, "empathetic_exchanges")
     args = parser.parse_args(argv)
     overrides = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from omegaconf import OmegaConf
-
     experiment = next((o for o in overrides if o.startswith("experiment=")), "experiment=text_empathetic_exchanges")
     overrides = [o for o in overrides if o != experiment]
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
@@ -57,31 +57,46 @@ def main(argv: list[str]) -> int:
         return 0
     out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
     start = time.time()
-    seconds = []
-    for fold in range(int(base.data.cv_folds)):  # one run per fold, as a `data.cv_fold` sweep would do
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=[experiment, "logger=none", *overrides,
-                                                          f"data.cv_fold={fold}"])
-        job = out_dir / str(fold)
-        with open_dict(cfg):
-            cfg.paths.output_dir = str(job)
-        fold_start = time.time()
-        train(cfg)
-        (job / ".hydra").mkdir(parents=True, exist_ok=True)  # what evaluate_sweep reads from a Hydra job
-        OmegaConf.save(cfg, job / ".hydra" / "config.yaml", resolve=True)
-        seconds.append(time.time() - fold_start)
-        print(f"fold {fold}: {seconds[-1]:.0f} s (CPU)")
+    folds_to_run = range(int(base.data.cv_folds))  # one run per fold, as a `data.cv_fold` sweep would do
+    if args.jobs > 1:  # folds in parallel processes (fresh interpreters: Hydra and torch state stay per fold)
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
+            seconds = list(pool.map(run_fold, [experiment] * len(folds_to_run), [overrides] * len(folds_to_run),
+                                    folds_to_run, [out_dir] * len(folds_to_run)))
+    else:
+        seconds = [run_fold(experiment, overrides, fold, out_dir) for fold in folds_to_run]
     result = evaluate_sweep(out_dir, None, plots=False)
     sweep_tables = [f"{level}-level, mean ± std over folds (x100):\n\n{paths['md'].read_text().strip()}\n"
                     for level, paths in result["paths"].items()]
     folds = [json.loads((out_dir / str(k) / "test_metrics.json").read_text()) for k in range(len(seconds))]
-    body = (f"{len(seconds)} conversation-grouped folds of {data_path.name}; model and baselines fitted on the "
-            f"same training rows, mean ± std over folds.\n\n{summary_table(folds, seconds)}\n\n"
+    parallel = f" ({args.jobs} folds at once, so the seconds per fold overlap)" if args.jobs > 1 else ""
+    body = (f"{len(seconds)} conversation-grouped folds of {data_path.name}{parallel}; model and baselines fitted on "
+            f"the same training rows, mean ± std over folds.\n\n{summary_table(folds, seconds)}\n\n"
             + "\n".join(sweep_tables))
     print("\n" + body)
     write_results(args, "EmpatheticExchanges: text model against its baselines", body)
     print(f"results in {out_dir} ({time.time() - start:.0f} s)")
     return 0
+
+
+def run_fold(experiment: str, overrides: list[str], fold: int, out_dir: Path) -> float:
+    """Train and test one fold into out_dir/<fold> as a Hydra job would leave it; seconds it took."""
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[experiment, "logger=none", *overrides, f"data.cv_fold={fold}"])
+    job = out_dir / str(fold)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(job)
+    fold_start = time.time()
+    train(cfg)
+    (job / ".hydra").mkdir(parents=True, exist_ok=True)  # what evaluate_sweep reads from a Hydra job
+    OmegaConf.save(cfg, job / ".hydra" / "config.yaml", resolve=True)
+    seconds = time.time() - fold_start
+    print(f"fold {fold}: {seconds:.0f} s (CPU)", flush=True)
+    return seconds
 
 
 METRICS = {"pearson": "r", "spearman": "rho", "mse": "MSE", "qwk": "QWK", "macro_f1": "macro-F1"}
