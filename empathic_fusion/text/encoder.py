@@ -318,7 +318,9 @@ class SentenceEncoder(nn.Module):
         if not self.frozen:
             return self._encode([t if t else "" for t in texts])
         keys = [_text_key(t) for t in texts]
-        missing = sorted({k: t for k, t in zip(keys, texts) if k not in self._cache}.items())
+        # batches of similar length pad little (as sentence-transformers' encode sorts); ties in hash order
+        missing = sorted(sorted({k: t for k, t in zip(keys, texts) if k not in self._cache}.items()),
+                         key=lambda item: len(item[1]))
         if missing:
             was_training = self.training
             self.eval()
