@@ -229,7 +229,7 @@ class ClipScorer:
             clip_pred, _, _ = aggregate_by_rating(pred, torch.zeros_like(pred), rating_index)
             face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
                     if "face" in datamodule.branch_dims else None)
-            warnings = [user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings]
+            warnings = list(dict.fromkeys(user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings))
             return ClipResult(rating=float(target_to_rating(clip_pred[0].item())),
                               window_seconds=(starts + self.window_frames / 2) / self.fps,
                               window_ratings=np.asarray(target_to_rating(pred.numpy())), fps=self.fps,
