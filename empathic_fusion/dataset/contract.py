@@ -7,7 +7,6 @@ warnings: the session is excluded from windows and the warning says so.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+
+from empathic_fusion.features.store import sha256_file
 
 PHASES = ("warm_up", "story_share", "story_receive", "reflection", "cool_down")
 SPEAKERS = ("participant", "agent")
@@ -214,16 +215,8 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
              if row[name] is not None and row[name].is_file()
              and (name == "audio" and "audio" in read or name == "video" and ("video" in read or
                                                                                  "audio" in read and row.audio is None))]
-    _shared_media(media, rel, root, allow_shared_media, file_hash or _sha256, problems, warnings)
+    _shared_media(media, rel, root, allow_shared_media, file_hash or sha256_file, problems, warnings)
     return table.drop_duplicates("session_id").set_index("session_id")[["participant_id", "video", "audio"]]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _shared_media(media: list[tuple[int, str, Path, str, str]], rel: str, root: Path, allow_shared: bool,

@@ -164,7 +164,7 @@ class FeatureStore:
         stat = path.stat()
         if stat.st_mtime_ns == expected["mtime_ns"] or self._rehashed.get(path) == (stat.st_size, stat.st_mtime_ns):
             return None
-        if _sha256(path) != expected["sha256"]:
+        if sha256_file(path) != expected["sha256"]:
             return "has other contents than were written (modified since it was written; sha256 differs)"
         self._rehashed[path] = (stat.st_size, stat.st_mtime_ns)
         return None
@@ -217,7 +217,7 @@ class FeatureStore:
                     os.fsync(handle.fileno())
                 stat = (tmp / f"{name}.npy").stat()  # a rename keeps size and mtime
                 records[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": stat.st_size,
-                                 "mtime_ns": stat.st_mtime_ns, "sha256": _sha256(tmp / f"{name}.npy")}
+                                 "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(tmp / f"{name}.npy")}
             final = self.branch_dir(owner, branch)
             if final.exists():
                 old = owner_dir / f".{branch}.old-{os.getpid()}"
@@ -274,7 +274,8 @@ class FeatureStore:
                                    for b in branches} for o in owners})
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """A file's sha256, read in 4 MiB blocks (media and arrays of any size)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
@@ -300,7 +301,7 @@ def _file_problem(path: Path, expected: dict | None, deep: bool) -> str | None:
     if "dtype" in expected and str(array.dtype) != expected["dtype"]:
         return f"has dtype {array.dtype} but was written with {expected['dtype']}"
     if deep:
-        if "sha256" in expected and _sha256(path) != expected["sha256"]:
+        if "sha256" in expected and sha256_file(path) != expected["sha256"]:
             return "has other contents than were written (sha256 differs)"
         if array.dtype.kind in "fc":
             finite = np.isfinite(array)
