@@ -127,9 +127,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _training_date(header: dict[str, Any], ckpt_path: Path) -> str:
+    """When the checkpoint was written, in UTC: the header's `created` stamp, else the file's time."""
     if header.get("created"):
-        return str(header["created"])
-    stamp = dt.datetime.fromtimestamp(ckpt_path.stat().st_mtime, tz=dt.timezone.utc)
+        stamp = dt.datetime.fromisoformat(str(header["created"])).astimezone(dt.timezone.utc)
+    else:
+        stamp = dt.datetime.fromtimestamp(ckpt_path.stat().st_mtime, tz=dt.timezone.utc)
     return stamp.strftime("%Y-%m-%d %H:%M UTC")
 
 
