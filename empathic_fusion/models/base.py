@@ -155,10 +155,13 @@ class EmpathyLightningModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """At fit: keep the training datamodule's describe() for the header (testing or scoring other
-        data later keeps it)."""
+        data later keeps it). A datamodule of your own without describe() is recorded by its class name
+        only, so the header (and the app's model card) says no more about the data than that."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if stage == "fit" and datamodule is not None:
-            self.data_description = datamodule.describe()
+            describe = getattr(datamodule, "describe", None)
+            self.data_description = (describe() if callable(describe)
+                                     else {"datamodule": f"{type(datamodule).__module__}.{type(datamodule).__qualname__}"})
 
     def header(self) -> dict[str, Any]:
         """The checkpoint header (HEADER_KEY)."""
