@@ -51,7 +51,10 @@ def real_dataset(tmp_path_factory):
 def test_real_videos_and_audio(real_dataset, tmp_path):
     store = FeatureStore(tmp_path / "store")
     cfg = {**FEATURES_CFG, "modalities": {"video": ["face"], "audio": ["audio"], "text": ["text", "glove"]}}
-    report = extract_features(load_dataset(real_dataset), store, ["video", "audio", "text"], cfg, progress=False)
+    # pexels and pexels_wav (participants p1 and p3) name one video on purpose: the same frames with two
+    # audio sources. Across participants that is refused unless allowed, as here.
+    dataset = load_dataset(real_dataset, allow_shared_media=True)
+    report = extract_features(dataset, store, ["video", "audio", "text"], cfg, progress=False)
     # 23.98 fps x 19.7 s and 30 fps x 2.4 s onto the 15 fps clock; a real face in every frame
     assert store.entry("pexels", "face")["n_frames"] == 295 and store.entry("single", "face")["n_frames"] == 36
     for sid in ("pexels", "single"):
