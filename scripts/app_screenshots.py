@@ -14,7 +14,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE_DIR = ROOT / "logs" / "serve_demo"
@@ -43,10 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from playwright.sync_api import sync_playwright
 
     from empathic_fusion.app.clip import ClipScorer
     from empathic_fusion.app.text import TextModel
+    from empathic_fusion.app.browser import local_chromium
     from empathic_fusion.app.ui import build_app, launch
 
     text = TextModel(args.text or default_text_run())
@@ -55,24 +54,9 @@ def main(argv: list[str] | None = None) -> None:
     flags = Path(tempfile.mkdtemp(prefix="empathy-flags-")) / "flagged.csv"
     app = build_app(text, clip, flags)
     _, url, _ = launch(app, "127.0.0.1", None, block=False)
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    external: list[str] = []
-
-    def local_only(route):
-        if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            external.append(route.request.url)
-            route.abort()
-
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch_persistent_context(
-                profile, executable_path=str(args.chromium), headless=True, viewport={"width": 1200, "height": 1100},
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"])
+        with local_chromium(args.chromium, timeout_ms=600000) as (browser, external):
             page = browser.new_page()
-            page.route("**/*", local_only)
-            page.set_default_timeout(600000)
             page.goto(url)
             page.fill(f"#text-{text.fields[0]} textarea", TEXT)
             page.click("#text-submit")
@@ -89,10 +73,8 @@ def main(argv: list[str] | None = None) -> None:
             if "Cannot score" in status:
                 raise SystemExit(f"the clip was not scored: {status}")
             page.screenshot(path=str(args.out / "app_clip_tab.png"), full_page=True)
-            browser.close()
     finally:
         app.close()
-        shutil.rmtree(profile, ignore_errors=True)
         shutil.rmtree(flags.parent, ignore_errors=True)
     if external:
         raise SystemExit(f"the page requested outside hosts: {external[:5]}")

@@ -8,10 +8,8 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shutil
 import tempfile
 from pathlib import Path
-from urllib.parse import urlparse
 
 import cv2
 import lightning as L
@@ -25,8 +23,6 @@ from empathic_fusion.utils.compose import compose_config
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MEDIA = PROJECT_ROOT.parent / "shared" / "data" / "media"
 EMPATHETIC_EXCHANGES = PROJECT_ROOT.parent / "shared" / "data" / "empathetic_exchanges" / "EmpatheticExchanges_5ES.csv"
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium (apt-get install chromium)")
@@ -232,29 +228,10 @@ def browser():
     """One headless Chromium for the module, every request outside localhost refused and recorded."""
     if not CHROMIUM.exists():
         pytest.skip("needs Debian chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
+    from empathic_fusion.app.browser import local_chromium
 
-    profile = tempfile.mkdtemp(prefix="chromium-profile-")
-    external: list[str] = []
-
-    def block_external(route):
-        if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            external.append(route.request.url)
-            route.abort()
-
-    try:
-        with sync_playwright() as p:
-            context = p.chromium.launch_persistent_context(profile, executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-                                                           headless=True, timeout=60000,
-                                                           viewport={"width": 1200, "height": 1100})
-            context.route("**/*", block_external)
-            context.set_default_timeout(60000)
-            yield context, external
-            context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    with local_chromium(CHROMIUM, timeout_ms=60000) as (context, external):
+        yield context, external
     assert not external, f"the page requested outside hosts: {external[:5]}"
 
 
