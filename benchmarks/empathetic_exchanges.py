@@ -1,22 +1,29 @@
 """EmpatheticExchanges benchmark: the text model against every baseline it reports (TF-IDF + ridge,
 ridge on frozen embeddings, training mean) under conversation-grouped 5-fold CV: r, rho, MSE, QWK
-and macro-F1 as mean ± std over folds, whether the model wins on r and rho, the stack weights of
-its ridge experts, and the time per fold.
+and macro-F1 as mean ± std over folds, whether the model wins on r, rho and QWK and on how many
+folds, the stack weights of its experts, and the time per fold. With `--finetune`, the GPU recipe
+(experiment=text_empathetic_exchanges_finetune: the default stack plus a cross-fitted fine-tuned
+encoder expert) runs on the same folds and is printed beside the CPU default and the baselines,
+with the fine-tuning time per fold and, where its settings differ from the recipe's (fewer layers
+or folds on a CPU), what was run instead.
 
-    .venv/bin/python benchmarks/empathetic_exchanges.py [hydra overrides, e.g. trainer.max_epochs=20]
-    .venv/bin/python benchmarks/empathetic_exchanges.py experiment=text_empathetic_exchanges_finetune \
-        --out docs/results/empathetic_exchanges_finetune.md
+    python benchmarks/empathetic_exchanges.py [hydra overrides for every recipe]
+    python benchmarks/empathetic_exchanges.py --finetune trainer=gpu                      # on a GPU
+    python benchmarks/empathetic_exchanges.py --finetune \
+        --finetune-overrides "model.net.experts.2.trainable_layers=1 model.net.experts.2.epochs=1"  # on a CPU
 
 Reads ../shared/data/empathetic_exchanges (never copied into the repo); exits 0 with a message when
 it is absent. Frozen all-MiniLM-L6-v2 embeddings are cached in data/features/text_cache, so a rerun
-only trains the heads. The runs go to logs/benchmarks/empathetic_exchanges/<time>/; the tables to
-docs/results/empathetic_exchanges.md (`--out` elsewhere, `--no-write` to print only).
+only trains the heads. The runs go to logs/benchmarks/empathetic_exchanges/<time>/<recipe>/<fold>;
+the tables to docs/results/empathetic_exchanges.md, or with `--finetune`
+docs/results/empathetic_exchanges_finetune_<cpu|gpu>.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -33,60 +40,98 @@ from omegaconf import open_dict  # noqa: E402
 from empathic_fusion.utils import CONFIG_DIR  # noqa: E402  (also registers the project_root resolver)
 from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
 from empathic_fusion.pipeline import train  # noqa: E402
-from results import add_output_arguments, write_results  # noqa: E402
+from results import RESULTS_DIR, add_output_arguments, write_results  # noqa: E402
+
+
+DEFAULT = "experiment=text_empathetic_exchanges"
+FINETUNE = "experiment=text_empathetic_exchanges_finetune"
+RECIPES = {"default": "CPU default (frozen stack)", "finetune": "GPU recipe (stack + fine-tuned encoder)"}
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every fold's run")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every recipe's runs")
+    parser.add_argument("--finetune", action="store_true",
+                        help="also run the GPU recipe (experiment=text_empathetic_exchanges_finetune) on the same folds")
+    parser.add_argument("--finetune-overrides", default="",
+                        help="Hydra overrides for the GPU recipe only, one string (e.g. fewer layers on a CPU)")
     parser.add_argument("--run-dir", type=Path, default=None,
-                        help="folder for the folds' runs (default: logs/benchmarks/empathetic_exchanges/<time>)")
+                        help="folder for the runs (default: logs/benchmarks/empathetic_exchanges/<time>)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="folds trained at once, one process each (seconds per fold then overlap)")
     add_output_arguments(parser, "empathetic_exchanges")
     args = parser.parse_args(argv)
-    overrides = args.overrides
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    experiment = next((o for o in overrides if o.startswith("experiment=")), "experiment=text_empathetic_exchanges")
-    overrides = [o for o in overrides if o != experiment]
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        base = compose(config_name="train", overrides=[experiment, "logger=none", *overrides])
+    experiment = next((o for o in args.overrides if o.startswith("experiment=")), DEFAULT)
+    if experiment == FINETUNE:
+        parser.error(f"{FINETUNE} runs with --finetune, beside the CPU default")
+    common = [o for o in args.overrides if o != experiment]
+    recipes = {"default": [experiment, *common]}
+    if args.finetune:
+        recipes["finetune"] = [FINETUNE, *common, *shlex.split(args.finetune_overrides)]
+    base = compose_train(recipes["default"])
     data_path = Path(base.data.path)
     if not data_path.is_file():
         print(f"EmpatheticExchanges not found at {data_path}; nothing to benchmark.")
         return 0
+    device = "gpu" if any(_on_gpu(compose_train(o)) for o in recipes.values()) else "cpu"
+    if args.finetune and args.out == RESULTS_DIR / "empathetic_exchanges.md":
+        args.out = RESULTS_DIR / f"empathetic_exchanges_finetune_{device}.md"
     out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
     start = time.time()
-    folds_to_run = range(int(base.data.cv_folds))  # one run per fold, as a `data.cv_fold` sweep would do
-    if args.jobs > 1:  # folds in parallel processes (fresh interpreters: Hydra and torch state stay per fold)
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
-        with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:
-            seconds = list(pool.map(run_fold, [experiment] * len(folds_to_run), [overrides] * len(folds_to_run),
-                                    folds_to_run, [out_dir] * len(folds_to_run)))
-    else:
-        seconds = [run_fold(experiment, overrides, fold, out_dir) for fold in folds_to_run]
-    result = evaluate_sweep(out_dir, None, plots=False)
-    sweep_tables = [f"{level}-level, mean ± std over folds (x100):\n\n{paths['md'].read_text().strip()}\n"
-                    for level, paths in result["paths"].items()]
-    folds = [json.loads((out_dir / str(k) / "test_metrics.json").read_text()) for k in range(len(seconds))]
+    folds: dict[str, list[dict]] = {}
+    seconds: dict[str, list[float]] = {}
+    sweep_tables = []
+    for name, overrides in recipes.items():
+        run_dir = out_dir / name
+        fold_ids = list(range(int(base.data.cv_folds)))  # one run per fold, as a `data.cv_fold` sweep would do
+        seconds[name] = run_folds(overrides, fold_ids, run_dir, args.jobs)
+        folds[name] = [json.loads((run_dir / str(k) / "test_metrics.json").read_text()) for k in fold_ids]
+        result = evaluate_sweep(run_dir, None, plots=False)
+        sweep_tables += [f"{RECIPES[name]}, {level}-level, mean ± std over folds (x100):\n\n"
+                         f"{paths['md'].read_text().strip()}\n" for level, paths in result["paths"].items()]
     parallel = f" ({args.jobs} folds at once, so the seconds per fold overlap)" if args.jobs > 1 else ""
-    body = (f"{len(seconds)} conversation-grouped folds of {data_path.name}{parallel}; model and baselines fitted on "
-            f"the same training rows, mean ± std over folds.\n\n{summary_table(folds, seconds)}\n\n"
-            + "\n".join(sweep_tables))
+    body = (f"{len(folds['default'])} conversation-grouped folds of {data_path.name}{parallel}, on the {device.upper()}; "
+            "every recipe and baseline fitted on the same training rows, mean ± std over folds.\n\n")
+    if args.finetune:
+        body += finetune_settings(recipes["finetune"], device) + "\n\n"
+    body += summary_table(folds, seconds, device) + "\n\n" + "\n".join(sweep_tables)
     print("\n" + body)
-    write_results(args, "EmpatheticExchanges: text model against its baselines", body)
+    title = "EmpatheticExchanges: text model against its baselines"
+    write_results(args, title + (f", with the GPU recipe ({device.upper()})" if args.finetune else ""), body)
     print(f"results in {out_dir} ({time.time() - start:.0f} s)")
     return 0
 
 
-def run_fold(experiment: str, overrides: list[str], fold: int, out_dir: Path) -> float:
+def compose_train(overrides: list[str]):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="train", overrides=["logger=none", *overrides])
+
+
+def _on_gpu(cfg) -> bool:
+    import torch
+
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    return torch.cuda.is_available() and accelerator in ("gpu", "cuda", "auto")
+
+
+def run_folds(overrides: list[str], fold_ids: list[int], run_dir: Path, jobs: int) -> list[float]:
+    """Each fold's run into run_dir/<fold>, `jobs` at once in fresh interpreters (Hydra and torch
+    state stay per fold); seconds per fold."""
+    if jobs <= 1:
+        return [run_fold(overrides, fold, run_dir) for fold in fold_ids]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(run_fold, [overrides] * len(fold_ids), fold_ids, [run_dir] * len(fold_ids)))
+
+
+def run_fold(overrides: list[str], fold: int, out_dir: Path) -> float:
     """Train and test one fold into out_dir/<fold> as a Hydra job would leave it; seconds it took."""
     from omegaconf import OmegaConf
 
-    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[experiment, "logger=none", *overrides, f"data.cv_fold={fold}"])
+    cfg = compose_train([*overrides, f"data.cv_fold={fold}"])
     job = out_dir / str(fold)
     with open_dict(cfg):
         cfg.paths.output_dir = str(job)
@@ -95,38 +140,72 @@ def run_fold(experiment: str, overrides: list[str], fold: int, out_dir: Path) ->
     (job / ".hydra").mkdir(parents=True, exist_ok=True)  # what evaluate_sweep reads from a Hydra job
     OmegaConf.save(cfg, job / ".hydra" / "config.yaml", resolve=True)
     seconds = time.time() - fold_start
-    print(f"fold {fold}: {seconds:.0f} s (CPU)", flush=True)
+    print(f"fold {fold}: {seconds:.0f} s", flush=True)
     return seconds
 
 
+EXPERT_SETTINGS = ("trainable_layers", "epochs", "inner_folds", "fields", "max_length", "batch_size", "lr")
+
+
+def finetune_settings(overrides: list[str], device: str) -> str:
+    """The fine-tuned expert's settings as run, and where they differ from the GPU recipe's."""
+    from omegaconf import OmegaConf
+
+    expert = lambda cfg: OmegaConf.to_container(cfg.model.net.experts[-1], resolve=True)  # noqa: E731
+    ran = expert(compose_train(overrides))
+    recipe = expert(compose_train([FINETUNE]))
+    settings = ", ".join(f"{k} {ran[k] if ran[k] is not None else 'every field'}" for k in EXPERT_SETTINGS)
+    changed = [f"{k} {ran[k]} instead of {recipe[k] if recipe[k] is not None else 'every field'}"
+               for k in EXPERT_SETTINGS if ran[k] != recipe[k]]
+    text = f"Fine-tuned encoder expert as run: {settings}."
+    if changed:
+        text += (f" **Reduced from the GPU recipe** (conf/model/text_finetune.yaml) to fit a {device.upper()}: "
+                 + "; ".join(changed) + ". Its numbers are this reduced recipe's, not the full recipe's.")
+    return text
+
+
 METRICS = {"pearson": "r", "spearman": "rho", "mse": "MSE", "qwk": "QWK", "macro_f1": "macro-F1"}
+WON_ON = ("pearson", "spearman", "qwk")
 
 
-def summary_table(folds: list[dict], seconds: list[float]) -> str:
-    """Model and baselines, mean ± std over folds; per baseline whether the model wins on r and rho
-    (means) and on how many folds; the ridge experts' mean stack weights; seconds per fold."""
-    rows = {"model": [f["model"]["rating"] for f in folds]}
-    rows.update({name: [f["baselines"][name]["rating"] for f in folds] for name in folds[0]["baselines"]})
+def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]], device: str = "cpu") -> str:
+    """Every recipe's model and the baselines (from the default recipe's runs; every recipe fits the
+    same ones on the same rows), mean ± std over folds; per recipe and baseline whether the model wins
+    on the means of r, rho and QWK and on how many folds; the experts' stack weights; seconds per fold."""
+    default = folds["default"]
+    rows = {RECIPES[name]: [f["model"]["rating"] for f in runs] for name, runs in folds.items()}
+    rows.update({name: [f["baselines"][name]["rating"] for f in default] for name in default[0]["baselines"]})
     mean = {row: {m: float(np.mean([v[m] for v in values])) for m in METRICS} for row, values in rows.items()}
     lines = ["| | " + " | ".join(METRICS.values()) + " |", "|---" * (len(METRICS) + 1) + "|"]
     for row, values in rows.items():
         cells = [f"{mean[row][m]:.3f} ± {np.std([v[m] for v in values], ddof=1):.3f}" for m in METRICS]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines.append("")
-    for name in rows:
-        if name == "model":
-            continue
-        wins = {m: sum(a[m] > b[m] for a, b in zip(rows["model"], rows[name])) for m in ("pearson", "spearman")}
-        verdict = all(mean["model"][m] > mean[name][m] for m in ("pearson", "spearman"))
-        lines.append(f"model vs {name}: {'wins' if verdict else 'does NOT win'} on mean r and rho "
-                     f"(r higher on {wins['pearson']}/{len(folds)} folds, rho on {wins['spearman']}/{len(folds)})")
-    stacks = [f.get("stack") or {} for f in folds]
-    if any(stacks):
-        lines.append("ridge experts, mean over folds (stack weight; held-out r on the training rows): " + "; ".join(
-            f"{name} {np.mean([s[name]['weight'] for s in stacks]):.2f}; "
-            f"{np.mean([s[name]['held_out_r'] for s in stacks]):.3f}" for name in stacks[0]))
-    lines.append("seconds per fold (CPU): " + ", ".join(f"{s:.0f}" for s in seconds))
+    models = [RECIPES[name] for name in folds]
+    for model in models:
+        for other in rows:
+            if other == model or (other in models and models.index(other) > models.index(model)):
+                continue
+            lines.append(f"{model} vs {other}: {wins(rows[model], rows[other], mean[model], mean[other])}")
+    for name, runs in folds.items():
+        stacks = [f.get("stack") or {} for f in runs]
+        if any(stacks):
+            lines.append(f"{RECIPES[name]}, experts, mean over folds (stack weight; held-out r on the training rows; "
+                         "fit seconds): " + "; ".join(
+                             f"{expert} {np.mean([s[expert]['weight'] for s in stacks]):.2f}; "
+                             f"{np.mean([s[expert]['held_out_r'] for s in stacks]):.3f}; "
+                             f"{np.mean([s[expert].get('fit_seconds', np.nan) for s in stacks]):.0f}"
+                             for expert in stacks[0]))
+        lines.append(f"{RECIPES[name]}, seconds per fold ({device.upper()}): "
+                     + ", ".join(f"{s:.0f}" for s in seconds[name]))
     return "\n".join(lines)
+
+
+def wins(model: list[dict], other: list[dict], model_mean: dict, other_mean: dict) -> str:
+    """'wins' when the model's means of r, rho and QWK are all higher, with the folds won on each."""
+    verdict = all(model_mean[m] > other_mean[m] for m in WON_ON)
+    counts = ", ".join(f"{METRICS[m]} on {sum(a[m] > b[m] for a, b in zip(model, other))}/{len(model)}" for m in WON_ON)
+    return f"{'wins' if verdict else 'does NOT win'} on mean r, rho and QWK (higher {counts} folds)"
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _optio
 
 # Text models (empathic_fusion/text/) pair with text tables, not with the multimodal datamodule: they are composed
 # with each other (see _check_text_config). The LLM judge is an evaluate.py config group (conf/judge).
-TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor"}
+TEXT_DATA, TEXT_MODELS = {"text_csv", "empathetic_exchanges"}, {"text_regressor", "text_finetune"}
 TEXT_TABLE = ["data.path=/some/table.csv", "data.text_columns=[text]", "data.label_columns=[score]"]
 
 
@@ -47,7 +47,8 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     from empathic_fusion.text.model import TextEmpathyModule
 
     extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE,
-             "model=text_regressor": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
+             "model=text_regressor": ["data=text_csv"] + TEXT_TABLE,
+             "model=text_finetune": ["data=text_csv"] + TEXT_TABLE}.get(override, [])
     if override in ("data=empathetic_exchanges",):
         extra = ["model=text_regressor"]
     modality = [] if override.startswith("experiment=") else ["modality=t"]  # a text table serves text only
@@ -64,16 +65,28 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     assert isinstance(module, TextEmpathyModule)
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
     n_fields, labels = len(dm.spec.fields), len(dm.spec.label_columns)
-    if model["net"]["head_input"] == "expert_scores":  # TF-IDF ridge + one embedding ridge per field, per label
-        assert len(module.net.experts) == 1 + n_fields and module.net.head[1].in_features == labels * (1 + n_fields)
-    else:
-        assert module.net.head[1].in_features == module.encoder.dim * n_fields
+    # TF-IDF ridge + one embedding ridge per field (+ the fine-tuned encoder expert), one score per label each
+    finetuned = override in ("model=text_finetune", "experiment=text_empathetic_exchanges_finetune")
+    n_experts = 1 + n_fields + finetuned
+    assert model["net"]["head_input"] == "expert_scores" and module.encoder.frozen
+    assert len(module.net.experts) == n_experts and module.net.head[1].in_features == labels * n_experts
+    if finetuned:  # the base encoder and seed of the run, every field
+        expert = module.net.experts[-1]
+        assert expert.model_path == model["net"]["encoder"]["model_path"] and expert.seed == cfg.seed
+        assert expert.fields == list(dm.spec.fields) and expert.trainable_layers == 6
     trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
-    epochs = {"experiment=text_empathetic_exchanges_finetune": 3}.get(
-        override, 30 if override.startswith("experiment=") else 10)
-    assert trainer.max_epochs == epochs
-    if override == "experiment=text_empathetic_exchanges_finetune":  # fine-tuned, stopped by validation loss
-        assert not module.encoder.frozen and cfg.callbacks.early_stopping.monitor == "val/loss"
+    assert trainer.max_epochs == (30 if override.startswith("experiment=") else 10)
+
+
+def test_the_fine_tune_recipe_keeps_the_default_experts_and_adds_one(tmp_path):
+    """conf/model/text_finetune.yaml restates text_regressor's experts (Hydra replaces lists): they stay equal."""
+    default, finetune = (OmegaConf.to_container(_compose("train", ["data=text_csv", f"model={name}"] + TEXT_TABLE,
+                                                         tmp_path).model, resolve=True)
+                         for name in ("text_regressor", "text_finetune"))
+    assert finetune["net"]["experts"][:-1] == default["net"]["experts"]
+    assert finetune["net"]["experts"][-1]["_target_"].endswith("FineTunedEncoderExpert")
+    default["net"].pop("experts"), finetune["net"].pop("experts")
+    assert finetune == default  # nothing else differs
 
 
 def test_judge_config_composes_for_evaluate(tmp_path):

@@ -163,3 +163,64 @@ def test_baseline_penalty_choice_equals_its_validation_mse_argmin():
     y = (x[:, :3].sum(1) + rng.normal(size=160))[:, None]
     errors = [mean_squared_error(y[120:], Ridge(alpha=a).fit(x[:120], y[:120]).predict(x[120:])) for a in RIDGE_ALPHAS]
     assert baselines._pick_alpha(x[:120], y[:120], x[120:], y[120:]) == RIDGE_ALPHAS[int(np.argmin(errors))]
+
+
+KIND = ["I am so sorry to hear that.", "That must be really hard for you.", "I hope you feel better soon.",
+        "How awful, I'm here for you."]
+FLAT = ["The bus was late today.", "We had pasta for dinner.", "It rained in the afternoon.", "My phone needs charging."]
+
+
+@pytest.fixture(scope="module")
+def fine_tuned():
+    """A FineTunedEncoderExpert (top MiniLM layer) fitted on 60 rows whose target is a caring or a flat
+    reply, 2 rows per group; the rows each of its fine-tunings trained on are recorded."""
+    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60).astype(np.float32)
+    texts = [(KIND if v else FLAT)[rng.integers(0, 4)] + f" Number {i}." for i, v in enumerate(y)]
+    groups = [f"g{i // 2}" for i in range(60)]
+    target = ((y - y.mean()) / y.std())[:, None]
+    expert = FineTunedEncoderExpert(trainable_layers=1, max_length=16, epochs=4, batch_size=8, lr=1e-4,
+                                    head_lr=1e-2, inner_folds=3)
+    expert.expand(["text"], 384)
+    trained_on = []
+    train = expert._train
+    expert._train = lambda texts, targets, rows, seed: trained_on.append(np.array(rows)) or train(texts, targets, rows, seed)
+    held_out = expert.fit({"texts": {"text": texts}}, target, groups)
+    del expert._train
+    return expert, held_out, target, np.array(groups), trained_on
+
+
+def test_fine_tuned_expert_learns_and_is_cross_fitted_on_grouped_folds(fine_tuned):
+    expert, held_out, target, groups, trained_on = fine_tuned
+    assert np.corrcoef(held_out[:, 0], target[:, 0])[0, 1] > 0.8  # held-out rows, so this is learning
+    *inner, final = trained_on
+    assert len(inner) == 3 and sorted(final) == list(range(60))  # one fine-tuning per inner fold, then all rows
+    held = [np.setdiff1d(np.arange(60), rows) for rows in inner]
+    assert sorted(np.concatenate(held)) == list(range(60))  # every row held out exactly once
+    for rows, out in zip(inner, held):
+        assert not set(groups[rows]) & set(groups[out])  # a group is never on both sides
+    scores = expert({"texts": {"text": ["I'm so sorry, that sounds hard.", "The train was on time."]}})
+    assert scores[0, 0] > 0.5 > -0.5 > scores[1, 0]
+
+
+def test_fine_tuned_expert_round_trips_through_the_state_dict_and_refuses_another_base_encoder(fine_tuned):
+    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+
+    expert = fine_tuned[0]
+    state = expert.state_dict()
+    weights = state["_extra_state"]["weights"]
+    assert weights and all(k.startswith(("encoder.model.encoder.layer.5.", "head.")) for k in weights)  # top layer + head
+    batch = {"texts": {"text": KIND + FLAT}}
+    fresh = FineTunedEncoderExpert(trainable_layers=1)
+    fresh.load_state_dict(state)
+    assert fresh.fields == ["text"] and torch.allclose(fresh(batch), expert(batch), atol=1e-5)
+    other = FineTunedEncoderExpert(trainable_layers=1)
+    other.load_state_dict({"_extra_state": {**state["_extra_state"], "encoder_identity": "another"}})
+    with pytest.raises(ValueError, match="base encoder .*identity another"):
+        other(batch)
+    with pytest.raises(ValueError, match="trainable_layers=0"):
+        FineTunedEncoderExpert(trainable_layers=0)
+    with pytest.raises(ValueError, match=r"fields=\['reply'\]: \['reply'\] not among"):
+        FineTunedEncoderExpert(fields=["reply"]).expand(["text"], 384)

@@ -159,6 +159,37 @@ def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_rou
     assert np.allclose(scorer.score({"text": texts})["emotional"], expected, atol=1e-5)
 
 
+def test_the_fine_tune_recipe_stacks_a_cross_fitted_encoder_expert_that_travels_in_the_checkpoint(tmp_path):
+    """model=text_finetune on a small table: the fine-tuned expert is fitted (inner folds), weighed in
+    the stack and reported in the header; a checkpoint scores new text as the trained module does."""
+    import torch
+
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
+
+    make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
+    cfg = compose_config(["data=text_csv", "model=text_finetune", "modality=t", f"data.path={tmp_path / 'table.csv'}",
+                          "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
+                          "data.cv_folds=3", "model.net.encoder.cache_dir=null", "model.net.encoder.max_length=32",
+                          "model.net.experts.2.trainable_layers=1", "model.net.experts.2.inner_folds=2",
+                          "model.net.experts.2.epochs=2", "model.baselines.enabled=false", "trainer.max_epochs=3",
+                          "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
+    results = train(cfg)
+    checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
+    stack = checkpoint["empathic_fusion"]["stack"]
+    assert list(stack)[-1] == "fine-tuned encoder" and stack["fine-tuned encoder"]["alpha"] is None
+    assert results["model"]["rating"]["pearson"] > 0.5
+    scorer = TextScorer.load(results["best_checkpoint"])
+    expert = scorer.module.net.experts[-1]
+    assert expert.fitted and expert.fields == ["text"] and scorer.module.encoder.frozen
+    texts = ["I am so sorry. The bus was late.", "It rained all day."]
+    batch = {"texts": {"text": texts}, "persona_ids": torch.zeros(2, 0, dtype=torch.long),
+             "persona_numeric": torch.zeros(2, 0), "embeddings": scorer.module.encoder(texts)}
+    with torch.no_grad():
+        expected = scorer.module(batch)[:, 0].numpy()
+    assert np.allclose(scorer.score({"text": texts})["emotional"], expected, atol=1e-5)
+
+
 def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(run, tmp_path):
     import torch
 

@@ -98,16 +98,7 @@ class RidgeExpert(FittedModule):
     def fit(self, batch: dict, targets: np.ndarray, groups: list[str] | np.ndarray) -> np.ndarray:
         """Fit on the training rows in `batch`; returns their cross-fitted predictions (N x labels)."""
         targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
-        groups = np.asarray(groups)
-        if len(set(groups.tolist())) < 2:  # a tiny table: rows of the one group, with a warning
-            log.warning("%s: the training rows hold one group, so its held-out predictions split rows of that "
-                        "group (too few groups for grouped folds)", type(self).__name__)
-            groups = np.arange(len(targets))
-        k = min(self.inner_folds, len(set(groups.tolist())))
-        if k < 2:
-            raise ValueError(f"{type(self).__name__}: {len(targets)} training row(s); stacking needs at least 2 "
-                             "(or train the encoder + head recipe: model.net.experts=[] model.net.head_input=embeddings)")
-        folds = list(GroupKFold(n_splits=k).split(np.zeros(len(targets)), groups=groups))
+        folds = grouped_folds(groups, self.inner_folds, type(self).__name__)
         rows = np.arange(len(targets)).reshape(-1, 1)
         model = Pipeline([("features", _ExpertFeatures(self, batch, {})), ("ridge", Ridge())])
         with warnings.catch_warnings():  # a tiny penalty on collinear features: ill-conditioned, still fine
@@ -137,6 +128,21 @@ class RidgeExpert(FittedModule):
             if x is not None:
                 out += np.asarray(x @ state["coef"].T, dtype=np.float32).reshape(n, -1)
         return self._as_batch_tensor(out, batch)
+
+
+def grouped_folds(groups: list[str] | np.ndarray, inner_folds: int, owner: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train rows, held-out rows) of up to `inner_folds` GroupKFold folds of the training rows: a
+    group (writer, conversation) is never split. One group only: folds of rows, with a warning."""
+    groups = np.asarray(groups)
+    if len(set(groups.tolist())) < 2:  # a tiny table: rows of the one group, with a warning
+        log.warning("%s: the training rows hold one group, so its held-out predictions split rows of that "
+                    "group (too few groups for grouped folds)", owner)
+        groups = np.arange(len(groups))
+    k = min(int(inner_folds), len(set(groups.tolist())))
+    if k < 2:
+        raise ValueError(f"{owner}: {len(groups)} training row(s); stacking needs at least 2 "
+                         "(or train the encoder + head recipe: model.net.experts=[] model.net.head_input=embeddings)")
+    return list(GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=groups))
 
 
 class _ExpertFeatures(TransformerMixin, BaseEstimator):

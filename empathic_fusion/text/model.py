@@ -21,6 +21,7 @@ empathic_fusion/evaluation/report.py, with the baselines, per-label rows and lev
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,12 @@ class TextRegressor(nn.Module):
     def fit_experts(self, batch: dict, targets: np.ndarray, groups: list[str]) -> np.ndarray:
         """Fit every expert on the training rows in `batch` and the stack weights on their held-out
         predictions; returns those (N x outputs x experts), which the head trains on."""
-        held_out = np.stack([np.asarray(e.fit(batch, targets, groups)).reshape(len(targets), -1)
-                             for e in self.experts], axis=-1)
+        held_out, self.fit_seconds = [], []
+        for expert in self.experts:
+            start = time.perf_counter()
+            held_out.append(np.asarray(expert.fit(batch, targets, groups)).reshape(len(targets), -1))
+            self.fit_seconds.append(time.perf_counter() - start)
+        held_out = np.stack(held_out, axis=-1)
         weight, bias = stack_weights(held_out, np.asarray(targets).reshape(len(targets), -1))
         self.stack_weight.copy_(torch.from_numpy(weight))
         self.stack_bias.copy_(torch.from_numpy(bias))
@@ -231,12 +236,13 @@ class TextEmpathyModule(EmpathyLightningModule):
         z = targets.mean(1)
         self.stack_report = {
             e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha,
+                      "fit_seconds": round(self.net.fit_seconds[k], 2),
                       "held_out_r": float(np.corrcoef(held_out[:, :, k].mean(1), z)[0, 1])
                       if held_out[:, :, k].std() > 0 and z.std() > 0 else 0.0}
             for k, e in enumerate(self.net.experts)}
-        log.info("ridge experts on %d training rows (held-out r, ridge alpha, stack weight): %s", len(rows),
-                 "; ".join(f"{name} {v['held_out_r']:.3f}, {v['alpha']:g}, {v['weight']:.3f}"
-                           for name, v in self.stack_report.items()))
+        log.info("experts on %d training rows (held-out r, ridge alpha, stack weight): %s", len(rows),
+                 "; ".join(f"{name} {v['held_out_r']:.3f}, {'-' if v['alpha'] is None else format(v['alpha'], 'g')}, "
+                           f"{v['weight']:.3f}" for name, v in self.stack_report.items()))
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         z = self.net(batch)
