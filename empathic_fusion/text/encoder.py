@@ -7,6 +7,9 @@ The recipe (window, pooling, L2 normalisation) defaults to the folder's own sent
 configuration, so feature extraction gives what `SentenceTransformer(folder).encode` gives; the text
 models set theirs in conf/model (window 128, mean pooling, no normalisation).
 
+`pool_layers: k` > 1 averages the token states of the last k layers before pooling (an option; the
+default pools the last layer, which is what sentence-transformers models are trained for).
+
 Long texts are never cut: a text longer than the window is embedded as overlapping token chunks
 (`chunk_stride` content tokens apart, default half the window) and the chunks' pooled vectors are
 averaged with weights equal to their token counts. Each chunk's mean pooling is a mean over its tokens,
@@ -109,7 +112,8 @@ def _folder_facts(path: Path) -> dict[str, Any]:
     weights = sorted(p.name + str(p.stat().st_size) for p in path.iterdir() if p.suffix in {".safetensors", ".bin"})
     fingerprint = hashlib.sha1(json.dumps([text, weights]).encode()).hexdigest()[:16]
     return {"window": window, "pooling": pooling, "normalize": normalize, "fingerprint": fingerprint,
-            "max_positions": min(limits) if limits else None, "languages": _card_languages(path / "README.md")}
+            "max_positions": min(limits) if limits else None, "languages": _card_languages(path / "README.md"),
+            "layers": config.get("num_hidden_layers") if isinstance(config.get("num_hidden_layers"), int) else None}
 
 
 def _card_languages(readme: Path) -> tuple[str, ...] | None:
@@ -132,11 +136,16 @@ def _card_languages(readme: Path) -> tuple[str, ...] | None:
 
 
 def encoder_recipe(model_path: str | None = None, max_length: int | None = None, pooling: str | None = None,
-                   normalize: bool | None = None, chunk_stride: int | None = None) -> dict[str, Any]:
+                   normalize: bool | None = None, chunk_stride: int | None = None,
+                   pool_layers: int = 1) -> dict[str, Any]:
     """The resolved recipe: window (tokens, special ones included), pooling, normalisation and chunking;
     None takes the folder's sentence-transformers value (chunk stride: half the window's content).
+    `pool_layers` > 1 averages the token states of the last k layers before pooling (recorded only
+    then, so the default recipe's identity is the one stores and checkpoints already hold).
     The multilingual encoder has one fixed recipe (no window: every token is read)."""
     if is_multilingual(model_path):
+        if int(pool_layers) != 1:
+            raise ValueError(f"the {MULTILINGUAL} encoder has no transformer layers to pool (pool_layers={pool_layers})")
         return dict(MULTILINGUAL_RECIPE)
     facts = _folder_facts(resolve_model_path(model_path).resolve())
     window = int(max_length) if max_length is not None else facts["window"]
@@ -151,8 +160,13 @@ def encoder_recipe(model_path: str | None = None, max_length: int | None = None,
     stride = int(chunk_stride) if chunk_stride is not None else max(1, content // 2)
     if not 0 < stride <= content:
         raise ValueError(f"encoder chunk_stride={stride} must be in 1..{content} (the window's text tokens)")
-    return {"window": window, "stride": stride, "pooling": pooling,
-            "normalize": facts["normalize"] if normalize is None else bool(normalize), "chunk_pooling": CHUNK_POOLING}
+    recipe = {"window": window, "stride": stride, "pooling": pooling,
+              "normalize": facts["normalize"] if normalize is None else bool(normalize), "chunk_pooling": CHUNK_POOLING}
+    if int(pool_layers) < 1 or (facts["layers"] and int(pool_layers) > facts["layers"]):
+        raise ValueError(f"encoder pool_layers={pool_layers} must be in 1..{facts['layers'] or 'the layer count'}")
+    if int(pool_layers) > 1:
+        recipe["pool_layers"] = int(pool_layers)
+    return recipe
 
 
 def encoder_identity(model_path: str | None = None, **recipe: Any) -> str:
@@ -196,14 +210,16 @@ class SentenceEncoder(nn.Module):
 
     def __init__(self, model_path: str | None = None, trainable_layers: int = 0, max_length: int | None = None,
                  batch_size: int = 64, cache_dir: str | None = None, pooling: str | None = None,
-                 normalize: bool | None = None, chunk_stride: int | None = None, device: str = "cpu"):
+                 normalize: bool | None = None, chunk_stride: int | None = None, pool_layers: int = 1,
+                 device: str = "cpu"):
         super().__init__()
         path = resolve_model_path(model_path)
         self.model_path = MULTILINGUAL if is_multilingual(model_path) else str(path)
         self.batch_size = int(batch_size)
         self.trainable_layers = int(trainable_layers)
         self.identity = encoder_identity(model_path, max_length=max_length, pooling=pooling, normalize=normalize,
-                                         chunk_stride=chunk_stride)
+                                         chunk_stride=chunk_stride, pool_layers=pool_layers)
+        self.pool_layers = int(pool_layers)
         self.languages = encoder_languages(model_path)
         self.name = encoder_name(model_path)
         self._cache: dict[str, np.ndarray] = {}
@@ -215,7 +231,7 @@ class SentenceEncoder(nn.Module):
             self._disk_count = len(self._cache)
         self.register_buffer("_device_marker", torch.zeros(0), persistent=False)
         if is_multilingual(model_path):
-            self._init_multilingual(max_length, pooling, normalize, chunk_stride)
+            self._init_multilingual(max_length, pooling, normalize, chunk_stride)  # pool_layers checked by the identity
         else:
             self._init_transformer(path, max_length, pooling, normalize, chunk_stride)
         self.to(device)
@@ -241,7 +257,7 @@ class SentenceEncoder(nn.Module):
                           chunk_stride: int | None) -> None:
         from transformers import AutoModel, AutoTokenizer
 
-        recipe = encoder_recipe(str(path), max_length, pooling, normalize, chunk_stride)
+        recipe = encoder_recipe(str(path), max_length, pooling, normalize, chunk_stride, self.pool_layers)
         self.recipe = recipe
         self.max_length, self.pooling, self.normalize = recipe["window"], recipe["pooling"], recipe["normalize"]
         self.chunk_stride = recipe["stride"]
@@ -306,7 +322,10 @@ class SentenceEncoder(nn.Module):
                                return_tensors="pt")
         owner = batch.pop("overflow_to_sample_mapping").to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
-        hidden = self.model(**batch).last_hidden_state
+        if self.pool_layers > 1:  # the mean of the last k layers' token states
+            hidden = torch.stack(self.model(**batch, output_hidden_states=True).hidden_states[-self.pool_layers:]).mean(0)
+        else:
+            hidden = self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         if self.pooling == "cls":
             chunks = hidden[:, 0]
