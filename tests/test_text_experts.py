@@ -170,6 +170,10 @@ KIND = ["I am so sorry to hear that.", "That must be really hard for you.", "I h
 FLAT = ["The bus was late today.", "We had pasta for dinner.", "It rained in the afternoon.", "My phone needs charging."]
 
 
+FINE_TUNING = {"trainable_layers": 1, "max_length": 16, "epochs": 4, "batch_size": 8, "lr": 1e-4, "head_lr": 1e-2,
+               "inner_folds": 3}
+
+
 @pytest.fixture(scope="module")
 def fine_tuned():
     """A FineTunedEncoderExpert (top MiniLM layer) fitted on 60 rows whose target is a caring or a flat
@@ -181,19 +185,18 @@ def fine_tuned():
     texts = [(KIND if v else FLAT)[rng.integers(0, 4)] + f" Number {i}." for i, v in enumerate(y)]
     groups = [f"g{i // 2}" for i in range(60)]
     target = ((y - y.mean()) / y.std())[:, None]
-    expert = FineTunedEncoderExpert(trainable_layers=1, max_length=16, epochs=4, batch_size=8, lr=1e-4,
-                                    head_lr=1e-2, inner_folds=3)
+    expert = FineTunedEncoderExpert(**FINE_TUNING)
     expert.expand(["text"], 384)
     trained_on = []
     train = expert._train
     expert._train = lambda texts, targets, rows, seed: trained_on.append(np.array(rows)) or train(texts, targets, rows, seed)
     held_out = expert.fit({"texts": {"text": texts}}, target, groups)
     del expert._train
-    return expert, held_out, target, np.array(groups), trained_on
+    return expert, held_out, target, np.array(groups), trained_on, texts
 
 
 def test_fine_tuned_expert_learns_and_is_cross_fitted_on_grouped_folds(fine_tuned):
-    expert, held_out, target, groups, trained_on = fine_tuned
+    expert, held_out, target, groups, trained_on, _ = fine_tuned
     assert np.corrcoef(held_out[:, 0], target[:, 0])[0, 1] > 0.8  # held-out rows, so this is learning
     *inner, final = trained_on
     assert len(inner) == 3 and sorted(final) == list(range(60))  # one fine-tuning per inner fold, then all rows
@@ -220,7 +223,32 @@ def test_fine_tuned_expert_round_trips_through_the_state_dict_and_refuses_anothe
     other.load_state_dict({"_extra_state": {**state["_extra_state"], "encoder_identity": "another"}})
     with pytest.raises(ValueError, match="base encoder .*identity another"):
         other(batch)
+    # a resumed run (the same settings) fits the same rows: the saved held-out predictions, no fine-tuning
+    _, held_out, target, groups, _, texts = fine_tuned
+    resumed = FineTunedEncoderExpert(**FINE_TUNING)
+    resumed.load_state_dict(state)
+    resumed._train = lambda *args: pytest.fail("fine-tuned again on the rows it was fitted on")
+    np.testing.assert_array_equal(resumed.fit({"texts": {"text": texts}}, target, groups), held_out)
+    assert fresh._fit_key({"text": texts}, target, groups) != resumed._fit_key({"text": texts}, target, groups)
     with pytest.raises(ValueError, match="trainable_layers=0"):
         FineTunedEncoderExpert(trainable_layers=0)
     with pytest.raises(ValueError, match=r"fields=\['reply'\]: \['reply'\] not among"):
         FineTunedEncoderExpert(fields=["reply"]).expand(["text"], 384)
+
+
+@pytest.mark.gpu
+def test_fine_tuned_expert_fits_and_scores_on_a_gpu_in_bf16():
+    """The GPU recipe's expert on the GPU (bf16 autocast): it learns the planted signal and scores there."""
+    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60).astype(np.float32)
+    texts = [(KIND if v else FLAT)[rng.integers(0, 4)] + f" Number {i}." for i, v in enumerate(y)]
+    target = ((y - y.mean()) / y.std())[:, None]
+    expert = FineTunedEncoderExpert(trainable_layers=2, max_length=16, epochs=4, batch_size=8, lr=1e-4,
+                                    head_lr=1e-2, inner_folds=3).to("cuda")
+    expert.expand(["text"], 384)
+    held_out = expert.fit({"texts": {"text": texts}}, target, [f"g{i // 2}" for i in range(60)])
+    assert np.corrcoef(held_out[:, 0], target[:, 0])[0, 1] > 0.8
+    scores = expert({"texts": {"text": KIND[:1] + FLAT[:1]}, "persona_ids": torch.zeros(2, 0, device="cuda")})
+    assert scores.device.type == "cuda" and scores[0, 0] > scores[1, 0]

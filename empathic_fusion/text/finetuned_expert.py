@@ -14,11 +14,15 @@ The net: the encoder (its top `trainable_layers` layers trained at `lr`, the res
 the `fields` pooled by the encoder's recipe (long texts as chunks), side by side, dropout, a linear
 head (`head_lr`) with one output per label, MSE on the standardised targets; AdamW with linear
 warmup and decay over `epochs` epochs; bf16 autocast on a GPU. The fitted state holds the trained
-layers' weights, the head and the base encoder's identity, and travels in the checkpoint, so a
+layers' weights, the head, the base encoder's identity and the held-out predictions with a key of
+the rows and settings they came from, and travels in the checkpoint (a resumed run fitting the same
+rows reuses them instead of fine-tuning again), so a
 checkpoint scores new text without the training data; a different base encoder is refused.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 from typing import Any
@@ -99,6 +103,10 @@ class FineTunedEncoderExpert(FittedModule):
         """Fine-tune on the training rows in `batch`; returns their cross-fitted predictions (N x labels)."""
         targets = np.asarray(targets, dtype=np.float32).reshape(len(targets), -1)
         texts = {f: [t or "" for t in batch["texts"][f]] for f in self.fields}
+        key = self._fit_key(texts, targets, groups)
+        if self._state is not None and self._state.get("fit_key") == key:  # a resumed run: fitted on these rows
+            log.info("fine-tuned encoder: already fitted on these training rows (resumed run); not fine-tuned again")
+            return np.asarray(self._state["held_out"], dtype=np.float32)
         folds = grouped_folds(groups, self.inner_folds, type(self).__name__)
         held_out = np.zeros_like(targets)
         for k, (train_rows, test_rows) in enumerate(folds):
@@ -110,9 +118,20 @@ class FineTunedEncoderExpert(FittedModule):
         net = self._train(texts, targets, np.arange(len(targets)), self.seed + len(folds))
         self._state = {"encoder_identity": net.encoder.identity, "model_path": self.model_path,
                        "trainable_layers": self.trainable_layers, "max_length": self.max_length,
-                       "fields": list(self.fields), "n_outputs": targets.shape[1], "weights": net.trained_state()}
+                       "fields": list(self.fields), "n_outputs": targets.shape[1], "weights": net.trained_state(),
+                       "fit_key": key, "held_out": held_out}
         self.__dict__["_net"] = net.eval()
         return held_out
+
+    def _fit_key(self, texts: dict[str, list[str]], targets: np.ndarray, groups: list[str] | np.ndarray) -> str:
+        """What a fit depends on: the rows (texts, targets, groups) and every setting."""
+        digest = hashlib.sha1(json.dumps([texts, [str(g) for g in groups], self._settings()]).encode())
+        digest.update(np.ascontiguousarray(targets).tobytes())
+        return digest.hexdigest()
+
+    def _settings(self) -> list:
+        return [self.model_path, self.trainable_layers, self.max_length, self.epochs, self.batch_size, self.lr,
+                self.head_lr, self.weight_decay, self.warmup, self.dropout, self.inner_folds, self.seed]
 
     def _train(self, texts: dict[str, list[str]], targets: np.ndarray, rows: np.ndarray, seed: int) -> _EncoderHead:
         """A fresh encoder + head fine-tuned on `rows` (seeded: the same rows give the same net)."""
