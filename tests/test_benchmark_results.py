@@ -89,3 +89,24 @@ def test_before_after_equal_runs_differ_by_zero(tmp_path):
     text = out.read_text()
     assert "| demo | 0 |" in text
     assert "test_predictions.csv: 2 rows on both sides; largest absolute difference of a prediction: 0.25" in text
+
+
+def test_empathetic_exchanges_summary_puts_both_recipes_beside_the_baselines_and_counts_folds_won():
+    import empathetic_exchanges
+
+    def fold(model: float, finetuned: float, tfidf: float) -> tuple[dict, dict]:
+        rating = lambda r: {"pearson": r, "spearman": r, "mse": 1.3 - r, "qwk": r / 2, "macro_f1": 0.15}  # noqa: E731
+        stack = {"TF-IDF ridge": {"weight": 0.2, "held_out_r": 0.1, "fit_seconds": 3.0}}
+        base = {"TF-IDF + ridge": {"rating": rating(tfidf)}}
+        return ({"model": {"rating": rating(model)}, "baselines": base, "stack": stack},
+                {"model": {"rating": rating(finetuned)}, "baselines": base, "stack": stack})
+
+    pairs = [fold(0.22, 0.25, 0.10), fold(0.20, 0.19, 0.12), fold(0.24, 0.30, 0.25)]
+    folds = {"default": [p[0] for p in pairs], "finetune": [p[1] for p in pairs]}
+    text = empathetic_exchanges.summary_table(folds, {"default": [10, 11, 12], "finetune": [100, 110, 120]})
+    cpu, gpu = empathetic_exchanges.RECIPES["default"], empathetic_exchanges.RECIPES["finetune"]
+    assert f"| {cpu} | 0.220 ± 0.020 |" in text and f"| {gpu} | 0.247 ± 0.055 |" in text
+    assert f"{cpu} vs TF-IDF + ridge: wins on mean r, rho and QWK (higher r on 2/3, rho on 2/3, QWK on 2/3 folds)" in text
+    assert f"{gpu} vs {cpu}: wins on mean r, rho and QWK (higher r on 2/3" in text
+    assert f"{cpu} vs {gpu}" not in text  # each pair once
+    assert f"{gpu}, seconds per fold (CPU): 100, 110, 120" in text
