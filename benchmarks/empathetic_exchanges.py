@@ -79,6 +79,8 @@ def main(argv: list[str]) -> int:
         args.out = RESULTS_DIR / f"empathetic_exchanges_finetune_{device}.md"
     out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
     start = time.time()
+    changed = experiment != DEFAULT or bool(common)  # the recipes are not as shipped: say so in every label
+    labels = {name: label + (" with the command's overrides" if changed else "") for name, label in RECIPES.items()}
     folds: dict[str, list[dict]] = {}
     seconds: dict[str, list[float]] = {}
     sweep_tables = []
@@ -88,14 +90,14 @@ def main(argv: list[str]) -> int:
         seconds[name] = run_folds(overrides, fold_ids, run_dir, args.jobs)
         folds[name] = [json.loads((run_dir / str(k) / "test_metrics.json").read_text()) for k in fold_ids]
         result = evaluate_sweep(run_dir, None, plots=False)
-        sweep_tables += [f"{RECIPES[name]}, {level}-level, mean ± std over folds (x100):\n\n"
+        sweep_tables += [f"{labels[name]}, {level}-level, mean ± std over folds (x100):\n\n"
                          f"{paths['md'].read_text().strip()}\n" for level, paths in result["paths"].items()]
     parallel = f" ({args.jobs} folds at once, so the seconds per fold overlap)" if args.jobs > 1 else ""
     body = (f"{len(folds['default'])} conversation-grouped folds of {data_path.name}{parallel}, on the {device.upper()}; "
             "every recipe and baseline fitted on the same training rows, mean ± std over folds.\n\n")
     if args.finetune:
         body += finetune_settings(recipes["finetune"], device) + "\n\n"
-    body += summary_table(folds, seconds, device) + "\n\n" + "\n".join(sweep_tables)
+    body += summary_table(folds, seconds, device, labels) + "\n\n" + "\n".join(sweep_tables)
     print("\n" + body)
     title = "EmpatheticExchanges: text model against its baselines"
     write_results(args, title + (f", with the GPU recipe ({device.upper()})" if args.finetune else ""), body)
@@ -168,12 +170,14 @@ METRICS = {"pearson": "r", "spearman": "rho", "mse": "MSE", "qwk": "QWK", "macro
 WON_ON = ("pearson", "spearman", "qwk")
 
 
-def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]], device: str = "cpu") -> str:
+def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]], device: str = "cpu",
+                  labels: dict[str, str] | None = None) -> str:
     """Every recipe's model and the baselines (from the default recipe's runs; every recipe fits the
     same ones on the same rows), mean ± std over folds; per recipe and baseline whether the model wins
     on the means of r, rho and QWK and on how many folds; the experts' stack weights; seconds per fold."""
     default = folds["default"]
-    rows = {RECIPES[name]: [f["model"]["rating"] for f in runs] for name, runs in folds.items()}
+    labels = labels or RECIPES
+    rows = {labels[name]: [f["model"]["rating"] for f in runs] for name, runs in folds.items()}
     rows.update({name: [f["baselines"][name]["rating"] for f in default] for name in default[0]["baselines"]})
     mean = {row: {m: float(np.mean([v[m] for v in values])) for m in METRICS} for row, values in rows.items()}
     lines = ["| | " + " | ".join(METRICS.values()) + " |", "|---" * (len(METRICS) + 1) + "|"]
@@ -181,7 +185,7 @@ def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]],
         cells = [f"{mean[row][m]:.3f} ± {np.std([v[m] for v in values], ddof=1):.3f}" for m in METRICS]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     lines.append("")
-    models = [RECIPES[name] for name in folds]
+    models = [labels[name] for name in folds]
     for model in models:
         for other in rows:
             if other == model or (other in models and models.index(other) > models.index(model)):
@@ -190,13 +194,13 @@ def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]],
     for name, runs in folds.items():
         stacks = [f.get("stack") or {} for f in runs]
         if any(stacks):
-            lines.append(f"{RECIPES[name]}, experts, mean over folds (stack weight; held-out r on the training rows; "
+            lines.append(f"{labels[name]}, experts, mean over folds (stack weight; held-out r on the training rows; "
                          "fit seconds): " + "; ".join(
                              f"{expert} {np.mean([s[expert]['weight'] for s in stacks]):.2f}; "
                              f"{np.mean([s[expert]['held_out_r'] for s in stacks]):.3f}; "
                              f"{np.mean([s[expert].get('fit_seconds', np.nan) for s in stacks]):.0f}"
                              for expert in stacks[0]))
-        lines.append(f"{RECIPES[name]}, seconds per fold ({device.upper()}): "
+        lines.append(f"{labels[name]}, seconds per fold ({device.upper()}): "
                      + ", ".join(f"{s:.0f}" for s in seconds[name]))
     return "\n".join(lines)
 
