@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from empathic_fusion.metrics import metric_values
 from empathic_fusion.text.encoder import SentenceEncoder
 from empathic_fusion.text.experts import grouped_folds
 from empathic_fusion.text.fitted import FittedModule
@@ -94,10 +95,16 @@ class FineTunedEncoderExpert(FittedModule):
                              f"fields {list(fields)}")
         return [self]
 
-    def _new_net(self, n_outputs: int) -> _EncoderHead:
-        encoder = SentenceEncoder(self.model_path, trainable_layers=self.trainable_layers,
-                                  max_length=self.max_length, batch_size=self.batch_size, cache_dir=None)
-        return _EncoderHead(encoder, self.fields, n_outputs, self.dropout).to(self._device_marker.device)
+    def _spec(self) -> dict[str, Any]:
+        """What the net is built from: the base encoder, how many of its layers train, the window, the fields."""
+        return {"model_path": self.model_path, "trainable_layers": self.trainable_layers,
+                "max_length": self.max_length, "fields": list(self.fields)}
+
+    def _new_net(self, n_outputs: int, spec: dict[str, Any]) -> _EncoderHead:
+        """A fresh encoder and an untrained head as `spec` says (`_spec()`, or the one a fitted state records)."""
+        encoder = SentenceEncoder(spec["model_path"], trainable_layers=spec["trainable_layers"],
+                                  max_length=spec["max_length"], batch_size=self.batch_size, cache_dir=None)
+        return _EncoderHead(encoder, spec["fields"], n_outputs, self.dropout).to(self._device_marker.device)
 
     def fit(self, batch: dict, targets: np.ndarray, groups: list[str] | np.ndarray) -> np.ndarray:
         """Fine-tune on the training rows in `batch`; returns their cross-fitted predictions (N x labels)."""
@@ -113,13 +120,11 @@ class FineTunedEncoderExpert(FittedModule):
             net = self._train(texts, targets, train_rows, self.seed + k)
             held_out[test_rows] = self._predict(net, _rows(texts, test_rows))
             log.info("fine-tuned encoder: inner fold %d of %d, held-out r %.3f", k + 1, len(folds),
-                     _pearson(held_out[test_rows].mean(1), targets[test_rows].mean(1)))
+                     metric_values(held_out[test_rows].mean(1), targets[test_rows].mean(1))["pearson"])
             del net
         net = self._train(texts, targets, np.arange(len(targets)), self.seed + len(folds))
-        self._state = {"encoder_identity": net.encoder.identity, "model_path": self.model_path,
-                       "trainable_layers": self.trainable_layers, "max_length": self.max_length,
-                       "fields": list(self.fields), "n_outputs": targets.shape[1], "weights": net.trained_state(),
-                       "fit_key": key, "held_out": held_out}
+        self._state = {**self._spec(), "encoder_identity": net.encoder.identity, "n_outputs": targets.shape[1],
+                       "weights": net.trained_state(), "fit_key": key, "held_out": held_out}
         self.__dict__["_net"] = net.eval()
         return held_out
 
@@ -129,16 +134,17 @@ class FineTunedEncoderExpert(FittedModule):
         digest.update(np.ascontiguousarray(targets).tobytes())
         return digest.hexdigest()
 
-    def _settings(self) -> list:
-        return [self.model_path, self.trainable_layers, self.max_length, self.epochs, self.batch_size, self.lr,
-                self.head_lr, self.weight_decay, self.warmup, self.dropout, self.inner_folds, self.seed]
+    def _settings(self) -> dict[str, Any]:
+        return {**self._spec(), "epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr,
+                "head_lr": self.head_lr, "weight_decay": self.weight_decay, "warmup": self.warmup,
+                "dropout": self.dropout, "inner_folds": self.inner_folds, "seed": self.seed}
 
     def _train(self, texts: dict[str, list[str]], targets: np.ndarray, rows: np.ndarray, seed: int) -> _EncoderHead:
         """A fresh encoder + head fine-tuned on `rows` (seeded: the same rows give the same net)."""
         device = self._device_marker.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
-            net = self._new_net(targets.shape[1]).train()
+            net = self._new_net(targets.shape[1], self._spec()).train()
             encoder_params = [p for p in net.encoder.parameters() if p.requires_grad]
             optimizer = torch.optim.AdamW([{"params": encoder_params, "lr": self.lr},
                                            {"params": net.head.parameters(), "lr": self.head_lr}],
@@ -180,10 +186,7 @@ class FineTunedEncoderExpert(FittedModule):
         net = self.__dict__["_net"]
         if net is None:
             state = self._state
-            net = _EncoderHead(SentenceEncoder(state["model_path"], trainable_layers=state["trainable_layers"],
-                                               max_length=state["max_length"], batch_size=self.batch_size,
-                                               cache_dir=None),
-                               state["fields"], int(state["n_outputs"]), self.dropout)
+            net = self._new_net(int(state["n_outputs"]), state)
             if net.encoder.identity != state["encoder_identity"]:
                 raise ValueError(f"the fine-tuned encoder expert was trained on base encoder {state['model_path']} "
                                  f"(identity {state['encoder_identity']}), but the folder there now has identity "
@@ -216,6 +219,3 @@ def _autocast(device: torch.device):
     enabled = device.type == "cuda" and torch.cuda.is_bf16_supported()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
-
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.corrcoef(a, b)[0, 1]) if len(a) > 1 and a.std() > 0 and b.std() > 0 else 0.0

@@ -237,8 +237,7 @@ class TextEmpathyModule(EmpathyLightningModule):
         self.stack_report = {
             e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha,
                       "fit_seconds": round(self.net.fit_seconds[k], 2),
-                      "held_out_r": float(np.corrcoef(held_out[:, :, k].mean(1), z)[0, 1])
-                      if held_out[:, :, k].std() > 0 and z.std() > 0 else 0.0}
+                      "held_out_r": metric_values(held_out[:, :, k].mean(1), z)["pearson"]}
             for k, e in enumerate(self.net.experts)}
         log.info("experts on %d training rows (held-out r, ridge alpha, stack weight): %s", len(rows),
                  "; ".join(f"{name} {v['held_out_r']:.3f}, {'-' if v['alpha'] is None else format(v['alpha'], 'g')}, "
