@@ -69,12 +69,13 @@ def main(argv: list[str]) -> int:
     recipes = {"default": [experiment, *common]}
     if args.finetune:
         recipes["finetune"] = [FINETUNE, *common, *shlex.split(args.finetune_overrides)]
-    base = compose_train(recipes["default"])
+    configs = {name: compose_train(overrides) for name, overrides in recipes.items()}
+    base = configs["default"]
     data_path = Path(base.data.path)
     if not data_path.is_file():
         print(f"EmpatheticExchanges not found at {data_path}; nothing to benchmark.")
         return 0
-    device = "gpu" if any(_on_gpu(compose_train(o)) for o in recipes.values()) else "cpu"
+    device = "gpu" if any(_on_gpu(cfg) for cfg in configs.values()) else "cpu"
     if args.finetune and args.out == RESULTS_DIR / "empathetic_exchanges.md":
         args.out = RESULTS_DIR / f"empathetic_exchanges_finetune_{device}.md"
     out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
     body = (f"{len(folds['default'])} conversation-grouped folds of {data_path.name}{parallel}, on the {device.upper()}; "
             "every recipe and baseline fitted on the same training rows, mean ± std over folds.\n\n")
     if args.finetune:
-        body += finetune_settings(recipes["finetune"], device) + "\n\n"
+        body += finetune_settings(configs["finetune"], device) + "\n\n"
     body += summary_table(folds, seconds, device, labels) + "\n\n" + "\n".join(sweep_tables)
     print("\n" + body)
     title = "EmpatheticExchanges: text model against its baselines"
@@ -149,12 +150,13 @@ def run_fold(overrides: list[str], fold: int, out_dir: Path) -> float:
 EXPERT_SETTINGS = ("trainable_layers", "epochs", "inner_folds", "fields", "max_length", "batch_size", "lr")
 
 
-def finetune_settings(overrides: list[str], device: str) -> str:
-    """The fine-tuned expert's settings as run, and where they differ from the GPU recipe's."""
+def finetune_settings(cfg, device: str) -> str:
+    """The fine-tuned expert's settings as run (`cfg`, the run's config), and where they differ from
+    the GPU recipe's."""
     from omegaconf import OmegaConf
 
-    expert = lambda cfg: OmegaConf.to_container(cfg.model.net.experts[-1], resolve=True)  # noqa: E731
-    ran = expert(compose_train(overrides))
+    expert = lambda config: OmegaConf.to_container(config.model.net.experts[-1], resolve=True)  # noqa: E731
+    ran = expert(cfg)
     recipe = expert(compose_train([FINETUNE]))
     settings = ", ".join(f"{k} {ran[k] if ran[k] is not None else 'every field'}" for k in EXPERT_SETTINGS)
     changed = [f"{k} {ran[k]} instead of {recipe[k] if recipe[k] is not None else 'every field'}"

@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from empathic_fusion.dataset.contract import RATING_RANGE
+from empathic_fusion.models.base import HEADER_KEY
 
-HEADER_KEY = "empathic_fusion"
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
 BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
           "not real empathy.")
@@ -165,8 +165,7 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     data.setdefault("scale", list(RATING_RANGE))
     if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
         data["generated"] = (run_config.get("data") or {}).get("demo") is not None
-    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
-    model = f"EmpathyModule: {net} on {'+'.join(header.get('modalities') or [])}"
+    model = f"EmpathyModule: {_net_name(hparams)} on {'+'.join(header.get('modalities') or [])}"
     run = run_folder(ckpt_path)
     summary = _read_json(run / "test_metrics.json")
     rating = ((summary.get("model") or {}).get("rating")) or {}
@@ -211,9 +210,8 @@ def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> s
     from empathic_fusion.text.encoder import encoder_name
 
     encoder = header.get("encoder") or {}
-    net = str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
     layers = int(encoder.get("trainable_layers") or 0)
-    text = f"{net} over {encoder_name(encoder.get('model_path'))} ({f'top {layers} layers fine-tuned' if layers else 'frozen'})"
+    text = f"{_net_name(hparams)} over {encoder_name(encoder.get('model_path'))} ({f'top {layers} layers fine-tuned' if layers else 'frozen'})"
     kinds: dict[str, int] = {}
     for label in header.get("stack") or {}:
         kind = str(label).split(" (")[0]
@@ -221,6 +219,11 @@ def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> s
     if kinds:
         text += "; stacked experts: " + ", ".join(kind if n == 1 else f"{kind} x{n}" for kind, n in kinds.items())
     return text
+
+
+def _net_name(hparams: dict[str, Any]) -> str:
+    """The class name of the net a checkpoint's hyperparameters build."""
+    return str((hparams.get("net") or {}).get("_target_", "unknown")).rsplit(".", 1)[-1]
 
 
 def _source(run: Path, summary: dict[str, Any]) -> str:

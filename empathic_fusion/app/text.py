@@ -58,16 +58,15 @@ class TextModel:
     def language_notes(self, texts: dict[str, str]) -> list[str]:
         """A note for each field whose text is in a language the model's encoder was not trained for
         (none when the encoder's languages are unknown or the language cannot be told)."""
-        from empathic_fusion.text.language import detect_language
+        from empathic_fusion.text.language import detect_language, is_untrained_language
 
         encoder = self.scorer.module.encoder
         if not encoder.languages:
             return []
-        trained = {code.split("-")[0] for code in encoder.languages}
         notes = []
         for field, text in texts.items():
             language = detect_language(text or "")
-            if language is not None and language not in trained:
+            if is_untrained_language(language, encoder.languages):
                 notes.append(f"'{field}' looks like language '{language}', which the text encoder {encoder.name} was "
                              f"not trained for (it knows {', '.join(encoder.languages)}): this score is unreliable")
         return notes

@@ -72,6 +72,11 @@ def language_counts(texts: Iterable[str]) -> Counter:
     return counts
 
 
+def is_untrained_language(code: str | None, languages: tuple[str, ...]) -> bool:
+    """A detected language (not None) outside the encoder's languages (regional variants, e.g. en-US, count as theirs)."""
+    return code is not None and code not in {known.split("-")[0] for known in languages}
+
+
 def untrained_language_warning(field: str, texts: Iterable[str], languages: tuple[str, ...] | None,
                                encoder: str) -> str | None:
     """A message counting the field's texts in languages the encoder was not trained for (None: all are,
@@ -80,8 +85,7 @@ def untrained_language_warning(field: str, texts: Iterable[str], languages: tupl
         return None
     texts = list(texts)
     counts = language_counts(texts)
-    trained = {code.split("-")[0] for code in languages}
-    other = {code: n for code, n in counts.items() if code is not None and code not in trained}
+    other = {code: n for code, n in counts.items() if is_untrained_language(code, languages)}
     if not other:
         return None
     listed = ", ".join(f"{code} {n}" for code, n in sorted(other.items(), key=lambda kv: (-kv[1], kv[0])))
