@@ -50,7 +50,8 @@ from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
 from empathic_fusion.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
-from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash  # noqa: E402
+from empathic_fusion.core.files import canonical_hash  # noqa: E402
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore  # noqa: E402
 
 FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
 FULL_WINDOWS = 99_357  # Story Share windows

@@ -21,6 +21,8 @@ import torch
 from scipy.stats import rankdata
 from sklearn.metrics import cohen_kappa_score, f1_score
 
+from empathic_fusion.dataset.scale import SELF_REPORT
+
 METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
 EXTRA_METRIC_NAMES = ("mae", "ccc")
 ALL_METRIC_NAMES = METRIC_NAMES + EXTRA_METRIC_NAMES
@@ -31,8 +33,8 @@ LOWER_IS_BETTER = frozenset({"mse", "mae"})
 
 
 def rating_threshold_to_target(threshold_rating: float) -> float:
-    """A 1-5 rating threshold on the cosine scale the models predict on."""
-    return (threshold_rating - 3.0) / 2.0
+    """A self-rating threshold on the cosine scale the models predict on."""
+    return float(SELF_REPORT.to_target(threshold_rating))
 
 
 def _warn_degenerate(pred: np.ndarray, target: np.ndarray, true_class: np.ndarray) -> None:

@@ -94,7 +94,7 @@ def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_datase
     """Every rated (session, story) of the dataset through the predict split and trainer.predict, z-scored
     with the checkpoint's statistics, gives the test report's rating-level predictions."""
     from empathic_fusion.app.clip import ClipScorer
-    from empathic_fusion.datamodules.window_dataset import target_to_rating
+    from empathic_fusion.dataset.scale import target_to_rating
     from empathic_fusion.metrics import aggregate_by_rating
 
     results, out = fusion_run

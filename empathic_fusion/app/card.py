@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from empathic_fusion.dataset.contract import RATING_RANGE
+from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.models.base import HEADER_KEY
 
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
@@ -162,7 +162,7 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     data = dict(header.get("data") or hparams.get("data_info") or {})
     data.setdefault("name", data.get("dataset") or (run_config.get("data") or {}).get("name"))
     data.setdefault("labels", ["empathy"])
-    data.setdefault("scale", list(RATING_RANGE))
+    data.setdefault("scale", [SELF_REPORT.low, SELF_REPORT.high])
     if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
         data["generated"] = (run_config.get("data") or {}).get("demo") is not None
     model = f"EmpathyModule: {_net_name(hparams)} on {'+'.join(header.get('modalities') or [])}"

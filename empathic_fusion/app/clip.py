@@ -28,7 +28,7 @@ import yaml
 from empathic_fusion.app.card import ModelCard, fusion_card
 from empathic_fusion.app.checkpoints import load_checkpoint, metrics_note, resolve_checkpoint
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
-from empathic_fusion.datamodules.window_dataset import target_to_rating
+from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore

@@ -13,6 +13,7 @@ from omegaconf import II, MISSING
 
 from empathic_fusion.config.checks import finite, one_of, require
 from empathic_fusion.config.demo import DemoConfig
+from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.features.branches import MODALITIES
 
 SCENARIOS = ("story_share", "reflection")
@@ -117,5 +118,5 @@ class TextDataConfig:
 
 
 def rating_scale(levels: Optional[List[int]]) -> tuple[float, float]:
-    """The rating scale a threshold lives on: a text table's own `levels`, else the 1-5 self-report scale."""
-    return (float(levels[0]), float(levels[-1])) if levels else (1.0, 5.0)
+    """The rating scale a threshold lives on: a text table's own `levels`, else the self-report scale."""
+    return (float(levels[0]), float(levels[-1])) if levels else (SELF_REPORT.low, SELF_REPORT.high)

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from empathic_fusion.config.data import LOADERS, STALE_POLICIES, FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
-from empathic_fusion.dataset.contract import RATING_RANGE
+from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
@@ -36,7 +36,8 @@ from empathic_fusion.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIE
 from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
 from empathic_fusion.features.speech import speech_mask
-from empathic_fusion.features.store import DATASET_KEY, FeatureStore, canonical_hash
+from empathic_fusion.core.files import canonical_hash
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore
 from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
@@ -352,7 +353,7 @@ class EmpathyDataModule(L.LightningDataModule):
                 "feature_manifest_hash": self.manifest_hash,
                 "windows": {s: len(d) for s, d in self.datasets.items()},
                 "sessions": int(rated.session_id.nunique()), "participants": int(rated.participant_id.nunique()),
-                "ratings": int(len(rated)), "labels": ["empathy"], "scale": list(RATING_RANGE),
+                "ratings": int(len(rated)), "labels": ["empathy"], "scale": [SELF_REPORT.low, SELF_REPORT.high],
                 "generated": bool(self.generated)}
 
     def fitted_state(self) -> dict[str, Any]:

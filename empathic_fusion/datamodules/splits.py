@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from empathic_fusion.features.store import _atomic_write_text, canonical_hash
+from empathic_fusion.core.files import atomic_write_text, canonical_hash
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
@@ -41,7 +41,7 @@ def load_or_create_split(path: Path, participant_ids: list[str], fractions: tupl
         log.warning("split file %s covers other participants or settings; writing a new split", path)
     assignment = split_participants(participant_ids, fractions, seed)
     split_hash = canonical_hash(assignment)
-    _atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash,
+    atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash,
                                          "assignment": assignment}, indent=1, sort_keys=True))
     return assignment, split_hash
 

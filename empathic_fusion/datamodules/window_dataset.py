@@ -20,17 +20,9 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from empathic_fusion.dataset.scale import TRAIT_SCALE, rating_to_target
 from empathic_fusion.features.branches import INDEXED
 from empathic_fusion.features.store import FeatureStore
-
-
-def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
-    """Ratings 1..5 onto the cosine similarity's range [-1, 1] (3 -> 0)."""
-    return (np.asarray(rating, dtype=np.float64) - 3.0) / 2.0
-
-
-def target_to_rating(target: np.ndarray | float) -> np.ndarray | float:
-    return np.asarray(target, dtype=np.float64) * 2.0 + 3.0
 
 
 def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings: np.ndarray,
@@ -41,7 +33,7 @@ def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings
     story = story_embeddings[[story_rows[s] for s in rated.story_id]].astype(np.float32)
     trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
     trait_mask = np.isfinite(trait_values)
-    return targets, rated.empathy.to_numpy(), story, np.nan_to_num((trait_values - 3.0) / 2.0).astype(np.float32), trait_mask
+    return targets, rated.empathy.to_numpy(), story, np.nan_to_num(TRAIT_SCALE.to_target(trait_values)).astype(np.float32), trait_mask
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from empathic_fusion.features.store import sha256_file
+from empathic_fusion.core.files import sha256_file
+from empathic_fusion.dataset.scale import SELF_REPORT, TRAIT_SCALE, RatingScale
 
 PHASES = ("warm_up", "story_share", "story_receive", "reflection", "cool_down")
 SPEAKERS = ("participant", "agent")
@@ -27,8 +28,6 @@ TRAIT_COLUMNS = (
     "big5_neuroticism",
     "trait_empathy",
 )
-TRAIT_RANGE = (1.0, 5.0)  # Big Five item means and the Single Item Trait Empathy Scale are 1-5
-RATING_RANGE = (1.0, 5.0)  # self-rated empathy slider
 TRANSCRIPT_COLUMNS = ("start", "end", "speaker", "phase", "story_id", "text")
 
 
@@ -109,7 +108,7 @@ def _read_table(path: Path, required: tuple[str, ...], problems: list[Problem], 
 
 
 def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
-            allowed: tuple[float, float] | None = None, required: bool = True) -> float:
+            allowed: RatingScale | None = None, required: bool = True) -> float:
     text = str(value).strip()
     if text == "":
         if required:
@@ -123,8 +122,8 @@ def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
     if math.isnan(number) or math.isinf(number):
         problems.append(Problem(rel, _line(i), column, f"'{text}' is not a finite number"))
         return math.nan
-    if allowed is not None and not allowed[0] <= number <= allowed[1]:
-        problems.append(Problem(rel, _line(i), column, f"{number:g} is outside {allowed[0]:g}-{allowed[1]:g}"))
+    if allowed is not None and not allowed.contains(number):
+        problems.append(Problem(rel, _line(i), column, f"{number:g} is outside {allowed}"))
         return math.nan
     return number
 
@@ -171,7 +170,7 @@ def _load_participants(root: Path, problems: list[Problem]) -> pd.DataFrame:
         if column not in table.columns:
             table[column] = ""  # traits are optional survey data; absent = not surveyed
         table[column] = [
-            _number(v, rel, i, column, problems, TRAIT_RANGE, required=False) for i, v in enumerate(table[column])
+            _number(v, rel, i, column, problems, TRAIT_SCALE, required=False) for i, v in enumerate(table[column])
         ]
     return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS)]
 
@@ -314,7 +313,7 @@ def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, pro
             problems.append(Problem(rel, _line(i), "story_id",
                                     f"session '{key[0]}' rates story '{key[1]}' again (first on line {_line(seen[key])})"))
         seen.setdefault(key, i)
-    table["empathy"] = [_number(v, rel, i, "empathy", problems, RATING_RANGE) for i, v in enumerate(table.empathy)]
+    table["empathy"] = [_number(v, rel, i, "empathy", problems, SELF_REPORT) for i, v in enumerate(table.empathy)]
     table = table.drop_duplicates(["session_id", "story_id"]).reset_index(drop=True)
     table["participant_id"] = table.session_id.map(sessions.participant_id)
     return table[["session_id", "story_id", "empathy", "participant_id"]]

@@ -32,7 +32,7 @@ from empathic_fusion.config.demo import MIN_UTTERANCE_S, DemoConfig  # noqa: F40
 from empathic_fusion.demo import text as bank
 from empathic_fusion.demo.face import write_face_video
 from empathic_fusion.demo.speech import SAMPLE_RATE, Voice, synthesize_track, write_wav
-from empathic_fusion.features.store import respect_umask
+from empathic_fusion.core.files import respect_umask
 
 GENERATOR_VERSION = 1
 CUT_POINTS = (-1.5, -0.7, 0.1, 0.9)  # in units of sd(e): about 7/17/30/28/18 % of ratings 1..5

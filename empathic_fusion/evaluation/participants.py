@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from empathic_fusion.datamodules.window_dataset import rating_to_target
+from empathic_fusion.dataset.scale import rating_to_target
 from empathic_fusion.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values, rating_threshold_to_target
 
 REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")

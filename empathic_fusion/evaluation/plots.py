@@ -18,10 +18,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from empathic_fusion.dataset.scale import SELF_REPORT  # noqa: E402
 from empathic_fusion.metrics import PAPER_SYMBOLS  # noqa: E402
 
 log = logging.getLogger(__name__)
-RATING_RANGE = (1.0, 5.0)
+RATING_RANGE = (SELF_REPORT.low, SELF_REPORT.high)
 
 
 def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Predicted vs self-rated empathy") -> Figure:

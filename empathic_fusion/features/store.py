@@ -20,7 +20,6 @@ created with the process umask (a lab's shared store stays readable to colleague
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -30,39 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask, sha256_file
+
 DATASET_KEY = "_dataset"
 MANIFEST_CHECKSUM = "_checksum"
 
 
 class StoreIntegrityError(RuntimeError):
     """A store file is missing, damaged or holds non-finite values; the message names the file."""
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
-
-def respect_umask(path: Path, directory: bool) -> None:
-    """tempfile creates 0700 folders and 0600 files; give them the permissions a plain mkdir/open would."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    respect_umask(Path(tmp), directory=False)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def canonical_hash(value: Any) -> str:
-    """Stable short hash of a JSON-serialisable value (configs, signatures, splits)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class FeatureStore:
@@ -87,15 +61,12 @@ class FeatureStore:
         cached = self._hash_cache.get(key)
         if cached and cached["size"] == stat.st_size and cached["mtime_ns"] == stat.st_mtime_ns:
             return cached["sha256"]
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-        self._hash_cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
-        return digest.hexdigest()
+        digest = sha256_file(path)
+        self._hash_cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+        return digest
 
     def save_hash_cache(self) -> None:
-        _atomic_write_text(self._hash_cache_path, json.dumps(self._hash_cache, indent=0, sort_keys=True))
+        atomic_write_text(self._hash_cache_path, json.dumps(self._hash_cache, indent=0, sort_keys=True))
 
     # ---- layout --------------------------------------------------------------------------
     def owner_dir(self, owner: str) -> Path:
@@ -183,7 +154,7 @@ class FeatureStore:
             return
         manifest[branch] = {**entry, "arrays": arrays}
         manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)
-        _atomic_write_text(self.owner_dir(owner) / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        atomic_write_text(self.owner_dir(owner) / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
         self._manifests.pop(owner, None)
 
     def is_fresh(self, owner: str, branch: str, signature: dict, deep: bool = False) -> bool:
@@ -232,7 +203,7 @@ class FeatureStore:
         manifest = dict(self.manifest(owner, strict=False))
         manifest[branch] = {"signature": signature, "arrays": records, **(info or {})}
         manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)  # edits or damage to the manifest itself show
-        _atomic_write_text(owner_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        atomic_write_text(owner_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
         self._manifests.pop(owner, None)
 
     # ---- reading -------------------------------------------------------------------------
@@ -263,7 +234,7 @@ class FeatureStore:
     def write_failures(self, failures: list[dict], name: str = "failures.json") -> Path:
         """The failure report: every (session, branch) that failed in the last run and why."""
         path = self.root / name
-        _atomic_write_text(path, json.dumps(failures, indent=1))
+        atomic_write_text(path, json.dumps(failures, indent=1))
         return path
 
     def manifest_hash(self, owners: list[str], branches: list[str],
@@ -273,14 +244,6 @@ class FeatureStore:
         return canonical_hash({o: {b: None if (o, b) in excluded else (self.entry(o, b) or {}).get("signature")
                                    for b in branches} for o in owners})
 
-
-def sha256_file(path: Path) -> str:
-    """A file's sha256, read in 4 MiB blocks (media and arrays of any size)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _file_problem(path: Path, expected: dict | None, deep: bool) -> str | None:
