@@ -48,7 +48,8 @@ from benchmarks.results import add_output_arguments, write_results  # noqa: E402
 from benchmarks.train_throughput import MODELS, StepTimer, fusion_module  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
-from empathic_fusion.features.branches import BRANCH_MODALITY, INDEXED, with_defaults  # noqa: E402
+from empathic_fusion.config import with_defaults  # noqa: E402
+from empathic_fusion.core.branches import BRANCH_MODALITY, INDEXED  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
 from empathic_fusion.core.files import canonical_hash  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore  # noqa: E402

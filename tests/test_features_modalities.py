@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from empathic_fusion.dataset import load_dataset
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.features.speech import speech_mask
-from empathic_fusion.features.branches import with_defaults
+from empathic_fusion.config import with_defaults
 from empathic_fusion.features.extract import branch_signature, extract_features, parse_shard
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.utils import CONFIG_DIR

@@ -77,7 +77,7 @@ def test_fine_tuned_layers_get_gradients_through_chunked_texts():
 
 
 def test_identity_and_signature_record_the_chunking(tmp_path):
-    from empathic_fusion.features.branches import with_defaults
+    from empathic_fusion.config import with_defaults
     from empathic_fusion.features.extract import SIGNATURES
     from empathic_fusion.features.store import FeatureStore
 

@@ -16,6 +16,8 @@ Set it in a YAML only where a dataset or variant differs from the default. Code 
 configs are composed, and `typed(group, values)` does so for partial configs built in code. A key in a
 YAML that no schema has fails composition for everyone; tests/test_configs.py composes every config.
 `validate(cfg)` (train, evaluate, extract call it first) reports every value out of range at once.
+`with_defaults(features)` is the features config filled in and checked (feature_defaults.py); the branch
+registry it checks against is empathic_fusion/core/branches.py.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.config.data import FusionDataConfig, TextDataConfig
 from empathic_fusion.config.demo import DemoConfig
 from empathic_fusion.config.evaluation import EvaluationConfig
+from empathic_fusion.config.feature_defaults import modality_branches, with_defaults
 from empathic_fusion.config.features import FeaturesConfig
 from empathic_fusion.config.paths import PathsConfig
 from empathic_fusion.config.trainer import TrainerConfig
@@ -51,4 +54,5 @@ def register_schemas() -> None:
 register_schemas()
 
 __all__ = ["ConfigError", "DemoConfig", "EvaluationConfig", "FeaturesConfig", "FusionDataConfig", "PathsConfig",
-           "SCHEMAS", "TextDataConfig", "TrainerConfig", "register_schemas", "typed", "validate"]
+           "SCHEMAS", "TextDataConfig", "TrainerConfig", "modality_branches", "register_schemas", "typed", "validate",
+           "with_defaults"]

@@ -14,7 +14,7 @@ from omegaconf import II, MISSING
 from empathic_fusion.config.checks import finite, one_of, require
 from empathic_fusion.config.demo import DemoConfig
 from empathic_fusion.dataset.scale import SELF_REPORT
-from empathic_fusion.features.branches import MODALITIES
+from empathic_fusion.core.branches import MODALITIES
 
 SCENARIOS = ("story_share", "reflection")
 STALE_POLICIES = ("mask", "error")  # stored features that no longer match: mask them with a warning, or stop

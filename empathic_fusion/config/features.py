@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Union
 
 from empathic_fusion.config.checks import finite, one_of, require
-from empathic_fusion.features.branches import BRANCH_MODALITY  # the registry of store branches
+from empathic_fusion.core.branches import BRANCH_MODALITY  # the registry of store branches
 
 FACE_BACKENDS = ("mediapipe", "openface")
 CNN_CROPS = ("frame", "face")

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
+from empathic_fusion.config import modality_branches, with_defaults
 from empathic_fusion.config.data import LOADERS, STALE_POLICIES, FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT
@@ -32,7 +33,7 @@ from empathic_fusion.datamodules.splits import load_or_create_split, participant
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
 from empathic_fusion.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
 from empathic_fusion.datamodules.windows import build_windows
-from empathic_fusion.features.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width, modality_branches, with_defaults
+from empathic_fusion.core.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width
 from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
 from empathic_fusion.features.speech import speech_mask

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.features.branches import INDEXED
+from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.features.store import FeatureStore
 
 Stats = tuple[np.ndarray, np.ndarray]

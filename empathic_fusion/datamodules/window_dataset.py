@@ -6,7 +6,7 @@ Each item is the batch-dict contract every model consumes:
      "target": () rating on the cosine scale (rating - 3) / 2, "rating_index": () long}
 Only the selected modalities' arrays are opened. A modality's x is its store branches' per-frame
 vectors concatenated in the configured order (e.g. video = face 1451 + cnn 1280; see
-empathic_fusion/features/branches.py); each branch is z-scored with its own training statistics and zeroed where
+empathic_fusion/core/branches.py); each branch is z-scored with its own training statistics and zeroed where
 its own mask is 0, and the modality's mask is 1 where any of its branches is valid. Frames outside
 the session, without a face (and no CNN embedding), or (audio) without participant speech have
 mask 0 and zero features.
@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from empathic_fusion.dataset.scale import TRAIT_SCALE, rating_to_target
-from empathic_fusion.features.branches import INDEXED
+from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.features.store import FeatureStore
 
 

@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler, get_worker_info
 
 from empathic_fusion.datamodules.window_dataset import FrameSource, window_labels
-from empathic_fusion.features.branches import INDEXED
+from empathic_fusion.core.branches import INDEXED
 
 log = logging.getLogger(__name__)
 

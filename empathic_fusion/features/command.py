@@ -6,7 +6,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from empathic_fusion.features.branches import BRANCHES, branch_width, with_defaults
+from empathic_fusion.config import with_defaults
+from empathic_fusion.core.branches import BRANCHES, branch_width
 from empathic_fusion.features.extract import ExtractionReport, extract_features, parse_shard
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
 from empathic_fusion.utils.run_output import warn_data

@@ -1,6 +1,6 @@
 """Fill a feature store for a dataset: extract what is missing or stale, skip what is up to date.
 
-Branches (registered in empathic_fusion/features/branches.py, with their modality and whether they are media or
+Branches (registered in empathic_fusion/core/branches.py, with their modality and whether they are media or
 transcript branches, dense or indexed; each one's signature is in SIGNATURES below):
   face   MediaPipe face mesh (1451 per frame) or imported OpenFace CSVs (253)   -> video
   cnn    EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings        -> video
@@ -31,7 +31,8 @@ import numpy as np
 from tqdm import tqdm
 
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES, with_defaults
+from empathic_fusion.config import with_defaults
+from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
 from empathic_fusion.utils.run_output import native_logs_filtered
 
@@ -171,7 +172,7 @@ def _text_identity(cfg: dict, text_identity: str | None) -> str:
 
 
 # Each branch's signature from (store, dataset, session, with_defaults config, text encoder identity);
-# one entry per branch of the registry in empathic_fusion/features/branches.py.
+# one entry per branch of the registry in empathic_fusion/core/branches.py.
 SIGNATURES: dict[str, Callable[[FeatureStore, EmpathyDataset, str, dict, str | None], dict]] = {
     "face": lambda store, ds, sid, cfg, _: _face_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["face"],
                                                           _openface_csv(cfg, sid)),

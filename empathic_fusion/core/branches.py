@@ -5,11 +5,14 @@ video = face (+ cnn) as the paper concatenated OpenFace and ResNet50, text = SBE
 per-word GloVe (`glove`). Branches are either dense (`features` T x F + `mask`) or indexed (a row
 table + a per-frame index into it, -1 = none), which keeps per-utterance vectors from being copied
 onto every frame.
+
+The registry sits at the bottom (it imports nothing from empathic_fusion) so that the feature schema
+(empathic_fusion/config/features.py), extraction, the datamodules and the app all read it from one place;
+the feature config filled in from its schema is `empathic_fusion.config.with_defaults`.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 MODALITIES = ("video", "audio", "text")
 
@@ -46,16 +49,3 @@ def branch_width(branch: str, entry: dict) -> int:
     """Per-frame width of a recorded branch, from its manifest entry."""
     return int(entry["arrays"][BRANCHES[branch].vectors]["shape"][1])
 
-
-def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:
-    """The feature config with every missing section and key filled from its schema
-    (empathic_fusion/config/features.py); an unknown key, a wrong type or a branch of another modality
-    is an error naming the key and value."""
-    from empathic_fusion.config import typed  # the schema imports BRANCH_MODALITY from here
-
-    return asdict(typed("features", cfg or {}))
-
-
-def modality_branches(modality: str, cfg: dict[str, Any] | None) -> list[str]:
-    """Store branches whose per-frame vectors are concatenated into this modality's input."""
-    return list(with_defaults(cfg)["modalities"][modality])
