@@ -1,6 +1,6 @@
 """One model family, one pipeline: a fusion model and a text model are built from their model configs'
 `_target_`, trained, tested and reported by the same `pipeline.train`, and their checkpoints are
-rebuilt by `pipeline.evaluate` from the class their header names."""
+rebuilt by `pipeline.evaluate` from the registered name their header records."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, load_module, read_header
+from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
+from empathic_fusion.models.checkpoints import load_module, read_header
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.pipeline import evaluate, train
 from empathic_fusion.text.model import TextEmpathyModule
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.slow  # trains a fusion and a text model
 
 COMMON = ["trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
           "logger=none", "seed=1", "evaluation.bootstrap=0", "evaluation.plots=false"]
-HEADER_KEYS = {"class", "format", "created", "commit", "data", "net"}
+HEADER_KEYS = {"module", "model", "format", "created", "commit", "data"}
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +39,20 @@ def runs(tiny_dataset, tiny_store, tmp_path_factory):
     return {"fusion": (fusion_results, root / "fusion"), "text": (text_results, root / "text")}
 
 
-@pytest.mark.parametrize("kind, cls", [("fusion", EmpathyModule), ("text", TextEmpathyModule)])
-def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, tmp_path):
+@pytest.mark.parametrize("kind, cls, model", [("fusion", EmpathyModule, "lf_lstm"),
+                                              ("text", TextEmpathyModule, "text_regressor")])
+def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, model, tmp_path):
     results, out = runs[kind]
     assert issubclass(cls, EmpathyLightningModule)
     written = json.loads((out / "test_metrics.json").read_text())
     assert written["model"]["rating"]["pearson"] == pytest.approx(results["model"]["rating"]["pearson"])
     assert (out / "test_metrics.md").exists() and (out / "test_metrics.csv").exists() and (out / "test_predictions.csv").exists()
     header = read_header(results["best_checkpoint"])
-    assert HEADER_KEYS <= set(header) and header["class"] == f"{cls.__module__}.{cls.__name__}"
-    assert header["format"] == 2 and header["data"]  # the datamodule's describe()
+    assert HEADER_KEYS <= set(header) and header["module"] == kind and header["model"] == model
+    assert header["format"] == 3 and header["data"]  # the datamodule's describe()
     module = load_module(results["best_checkpoint"])
-    assert type(module) is cls and module.optimizer_cfg["_target_"] == "torch.optim.AdamW"
+    assert type(module) is cls and module.kind == kind and module.optimizer_cfg["_target_"] == "torch.optim.AdamW"
+    assert type(load_module(out)) is cls  # the run folder: its best checkpoint
     again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation.bootstrap=0",
                                      "evaluation.plots=false"], tmp_path, "evaluate"))
     for metric, value in results["model"]["rating"].items():

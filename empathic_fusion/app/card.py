@@ -207,7 +207,7 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
 
 def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> str:
     """The net, its encoder by name (frozen or how many layers fine-tuned) and its stacked experts."""
-    from empathic_fusion.text.encoder import encoder_name
+    from empathic_fusion.core.sentence_encoder import encoder_name
 
     encoder = header.get("encoder") or {}
     layers = int(encoder.get("trainable_layers") or 0)

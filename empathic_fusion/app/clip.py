@@ -19,21 +19,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 import hydra
-import lightning as L
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
 from empathic_fusion.app.card import ModelCard, fusion_card
-from empathic_fusion.app.checkpoints import load_checkpoint, metrics_note, resolve_checkpoint
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.checkpoints import WrongKindError, load_module, metrics_note, read_checkpoint, resolve_checkpoint
+from empathic_fusion.models.predict import predict
 
 SESSION, PARTICIPANT, STORY = "clip", "uploader", "typed_story"
 VIDEO_TYPES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
@@ -83,13 +82,11 @@ class ClipScorer:
 
     def __init__(self, ckpt_path: str | Path, max_upload_mb: float = 2048.0, accelerator: str = "cpu"):
         self.ckpt_path = resolve_checkpoint(ckpt_path)
-        checkpoint = load_checkpoint(self.ckpt_path)
-        if "hyper_parameters" not in checkpoint or "run_config" not in checkpoint["hyper_parameters"]:
-            raise ValueError(f"{self.ckpt_path} is not a fusion checkpoint of train.py (no run_config); "
-                             "a text checkpoint goes to text_ckpt_path=")
-        self.card: ModelCard = fusion_card(self.ckpt_path, checkpoint, metrics_note(self.ckpt_path))
-        del checkpoint
-        self.model = EmpathyModule.load_from_checkpoint(self.ckpt_path, map_location="cpu", weights_only=False).eval()
+        try:
+            self.model = load_module(self.ckpt_path, kind="fusion").eval()
+        except WrongKindError as error:
+            raise ValueError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
+        self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
         run_config = self.model.hparams.run_config
         if not self.model.normalization and run_config["data"].get("normalize"):
             raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics (checkpoints written "
@@ -220,9 +217,7 @@ class ClipScorer:
                 raise ClipError("no window of the clip has a usable frame (a face, participant speech or "
                                 "transcript text) for this model's modalities") from None
             step(0.9, "running the model over the windows")
-            trainer = L.Trainer(accelerator=self.accelerator, devices=1, logger=False, enable_checkpointing=False,
-                                enable_progress_bar=False, enable_model_summary=False)
-            pred = torch.cat(trainer.predict(self.model, datamodule=datamodule)).float().cpu()
+            pred = predict(self.model, datamodule, self.accelerator)
             data = datamodule.datasets["predict"]
             starts = data.windows.start.to_numpy()
             rating_index = torch.tensor(data.windows.rating_index.to_numpy(dtype=np.int64))

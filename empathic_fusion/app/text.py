@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from empathic_fusion.core.language import detect_language, is_untrained_language
 from empathic_fusion.app.card import ModelCard, text_card
-from empathic_fusion.app.checkpoints import load_checkpoint, metrics_note, resolve_checkpoint
+from empathic_fusion.models.checkpoints import WrongKindError, metrics_note, read_checkpoint, resolve_checkpoint
+from empathic_fusion.text.scorer import TextScorer
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,12 @@ class TextModel:
     """A text checkpoint (or a run folder's best one), its scorer and its model card."""
 
     def __init__(self, path: str | Path, accelerator: str = "cpu"):
-        from empathic_fusion.text.scorer import TextScorer
-
         self.ckpt_path = resolve_checkpoint(path)
-        checkpoint = load_checkpoint(self.ckpt_path)
-        if "fields" not in ((checkpoint.get("hyper_parameters") or {}).get("data_info") or {}):
-            raise ValueError(f"{self.ckpt_path} is not a text checkpoint of train.py (its data_info has no text "
-                             "fields); a fusion checkpoint goes to ckpt_path=")
-        self.card: ModelCard = text_card(self.ckpt_path, checkpoint, metrics_note(self.ckpt_path))
-        del checkpoint
-        self.scorer = TextScorer.load(self.ckpt_path, accelerator)
+        try:
+            self.scorer = TextScorer.load(self.ckpt_path, accelerator)
+        except WrongKindError as error:
+            raise ValueError(f"{error}: a fusion checkpoint goes to ckpt_path=") from None
+        self.card: ModelCard = text_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
 
     @property
     def fields(self) -> list[str]:
@@ -58,8 +56,6 @@ class TextModel:
     def language_notes(self, texts: dict[str, str]) -> list[str]:
         """A note for each field whose text is in a language the model's encoder was not trained for
         (none when the encoder's languages are unknown or the language cannot be told)."""
-        from empathic_fusion.text.language import detect_language, is_untrained_language
-
         encoder = self.scorer.module.encoder
         if not encoder.languages:
             return []

@@ -121,7 +121,7 @@ def _audio_signature(store: FeatureStore, source: Path, fps: float, cfg: dict) -
 def text_chunking(text_cfg: dict) -> dict:
     """How texts longer than the encoder's window are embedded (overlapping token chunks, pooled):
     part of the text and story signatures, so embeddings made another way are stale."""
-    from empathic_fusion.text.encoder import encoder_recipe
+    from empathic_fusion.core.sentence_encoder import encoder_recipe
 
     recipe = encoder_recipe(text_cfg["model_path"])
     return {"window": recipe["window"], "stride": recipe["stride"], "pooling": recipe["chunk_pooling"]}
@@ -166,7 +166,7 @@ def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: s
 
 
 def _text_identity(cfg: dict, text_identity: str | None) -> str:
-    from empathic_fusion.text.encoder import encoder_identity
+    from empathic_fusion.core.sentence_encoder import encoder_identity
 
     return text_identity or encoder_identity(cfg["text"]["model_path"])
 
@@ -294,14 +294,14 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     def text_encoder():
         nonlocal encoder
         if encoder is None:
-            from empathic_fusion.text.encoder import SentenceEncoder
+            from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
             encoder = SentenceEncoder(text_cfg["model_path"], batch_size=int(text_cfg["batch_size"]),
                                       device=text_cfg["device"])
         return encoder
 
     from empathic_fusion.features.text_sbert import extract_text
-    from empathic_fusion.text.encoder import encoder_identity
+    from empathic_fusion.core.sentence_encoder import encoder_identity
 
     identity = encoder_identity(text_cfg["model_path"])
     _check_languages(dataset, text_cfg, "text" in wanted)
@@ -360,8 +360,8 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
 def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
     """Warn (once per run and field) about story and utterance texts in languages the encoder was not
     trained for: the stories always (every window reads them), the utterances when the text branch is used."""
-    from empathic_fusion.text.encoder import encoder_languages, encoder_name
-    from empathic_fusion.text.language import warn_untrained_languages
+    from empathic_fusion.core.sentence_encoder import encoder_languages, encoder_name
+    from empathic_fusion.core.language import warn_untrained_languages
 
     languages = encoder_languages(text_cfg["model_path"])
     name = encoder_name(text_cfg["model_path"])

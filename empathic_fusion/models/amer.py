@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.attention import masked_self_attention
 from empathic_fusion.models.components.encoders import feedforward, masked
 from empathic_fusion.models.components.pooling import masked_mean
@@ -24,6 +25,7 @@ from empathic_fusion.models.components.pooling import masked_mean
 WIDTHS = {"video": (4, 3, 2), "audio": (8, 4, 2), "text": (4, 2)}
 
 
+@register_model("amer")
 class AMER(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], d_e: int = 128):
         super().__init__()

@@ -8,14 +8,15 @@ owns
 - the optimizer and scheduler, built from the `_partial_` configs of conf/optimizer and
   conf/scheduler (the composed model config holds them; no defaults live in code),
 - the collection of per-stage outputs (`collect`; torchmetrics CatMetric, gathered across processes),
-- a self-describing checkpoint header, `checkpoint["empathic_fusion"]` (`HEADER_KEY`): the module
-  class (so `evaluate.py` rebuilds any checkpoint, `load_module`), its format, when and from which
-  commit it was written, the datamodule's `describe()` ("data") and the subclass's `describe()`,
+- a self-describing checkpoint header, `checkpoint["empathic_fusion"]` (`HEADER_KEY`): the module's
+  and its net's registered names (`module`, `model`; empathic_fusion/core/registry.py, so
+  models/checkpoints.py rebuilds any checkpoint, and moving a class does not break it), its format,
+  when and from which commit it was written, the datamodule's `describe()` ("data") and the
+  subclass's `describe()`,
 - `predict_step`, and the `report()` hook the pipeline calls after testing.
 """
 from __future__ import annotations
 
-import importlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ import lightning as L
 import torch
 from torchmetrics import CatMetric
 
+from empathic_fusion.core.registry import registered_name
+from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.utils.loggers import git_commit
 
 STAGES = ("train", "val", "test")
 HEADER_KEY = "empathic_fusion"
-HEADER_FORMAT = 2
+HEADER_FORMAT = 3  # 3: registered names (module, model); 2: a dotted class path (class, net)
 
 
 def build_module(model_cfg: dict[str, Any], data_info: dict[str, Any],
@@ -37,27 +40,6 @@ def build_module(model_cfg: dict[str, Any], data_info: dict[str, Any],
     """The LightningModule a model config names (`_target_`), for data described by `data_info`."""
     return hydra.utils.instantiate(model_cfg, data_info=data_info, run_config=run_config, _recursive_=False,
                                    _convert_="all")
-
-
-def read_header(path: str | Path) -> dict[str, Any]:
-    """The header of a checkpoint (see the module docstring)."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    header = checkpoint.get(HEADER_KEY)
-    if not isinstance(header, dict) or "class" not in header:
-        raise ValueError(f"{path} has no '{HEADER_KEY}' header naming its module class: it was not written by "
-                         f"this version of empathic-fusion (header format {HEADER_FORMAT}); retrain it with train.py")
-    return header
-
-
-def load_module(path: str | Path) -> "EmpathyLightningModule":
-    """Any model checkpoint, rebuilt as the class its header names (on the CPU)."""
-    header = read_header(path)
-    module_name, _, class_name = header["class"].rpartition(".")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    if not (isinstance(cls, type) and issubclass(cls, EmpathyLightningModule)):
-        raise ValueError(f"{path}: header class {header['class']} is not an EmpathyLightningModule")
-    # weights_only=False: text checkpoints hold fitted vocabularies and ridge coefficients
-    return cls.load_from_checkpoint(path, map_location="cpu", weights_only=False)
 
 
 class EmpathyLightningModule(L.LightningModule):
@@ -68,6 +50,7 @@ class EmpathyLightningModule(L.LightningModule):
     gathered and reset, by `collected_outputs`)."""
 
     collected_keys: tuple[str, ...] = ()
+    registered_name: str  # set by @register_model: what a checkpoint header calls the module ("fusion", "text")
 
     def __init__(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None, data_info: dict[str, Any],
                  run_config: dict[str, Any]):
@@ -91,9 +74,14 @@ class EmpathyLightningModule(L.LightningModule):
         """The model's name in reports: its net's class."""
         return str(self.hparams.net["_target_"]).rsplit(".", 1)[-1]
 
+    @property
+    def kind(self) -> str:
+        """What this module is ("fusion", "text"): its registered name, so callers ask instead of probing."""
+        return self.registered_name
+
     def describe(self) -> dict[str, Any]:
         """Model-specific fields of the checkpoint header."""
-        return {"net": self.hparams.net["_target_"]}
+        return {}
 
     def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
         """Metrics of one stage's collected outputs (called once per epoch, only when there are some)."""
@@ -104,7 +92,7 @@ class EmpathyLightningModule(L.LightningModule):
         raise NotImplementedError(f"{type(self).__name__} does not define report()")
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
-                              split: str, test_csv: str | None = None) -> L.LightningDataModule:
+                              split: str, test_csv: str | None = None) -> EmpathyData:
         """The datamodule of the run this checkpoint was trained in (data.* / features.* overrides
         applied), set up so that its test split is `split` (test or val)."""
         if test_csv:
@@ -116,7 +104,7 @@ class EmpathyLightningModule(L.LightningModule):
         datamodule.setup("test")
         return datamodule
 
-    def instantiate_datamodule(self, data_cfg: dict[str, Any], features_cfg: dict[str, Any]) -> L.LightningDataModule:
+    def instantiate_datamodule(self, data_cfg: dict[str, Any], features_cfg: dict[str, Any]) -> EmpathyData:
         """A datamodule from a data config, with this run's modalities and feature config (as train does)."""
         return build_datamodule(data_cfg, features_cfg, self.run_config["modality"]["names"])
 
@@ -167,8 +155,8 @@ class EmpathyLightningModule(L.LightningModule):
         """The checkpoint header (HEADER_KEY)."""
         if self._commit is None:
             self._commit = git_commit()
-        cls = type(self)
-        return {"class": f"{cls.__module__}.{cls.__qualname__}", "format": HEADER_FORMAT,
+        net = str(self.hparams.net["_target_"])
+        return {"module": self.registered_name, "model": registered_name(net) or net, "format": HEADER_FORMAT,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": self._commit,
                 "data": self.data_description, **self.describe()}
 
@@ -195,7 +183,11 @@ class EmpathyLightningModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **lightning}}
 
 
-def build_datamodule(data_cfg: dict[str, Any], features_cfg: dict[str, Any], modalities: list[str]) -> L.LightningDataModule:
+def build_datamodule(data_cfg: dict[str, Any], features_cfg: dict[str, Any], modalities: list[str]) -> EmpathyData:
     """The datamodule a data config names, for these modalities and this feature config (every
     datamodule takes both: a text table accepts the text modality only)."""
-    return hydra.utils.instantiate(data_cfg, modalities=list(modalities), features=features_cfg, _convert_="all")
+    datamodule = hydra.utils.instantiate(data_cfg, modalities=list(modalities), features=features_cfg, _convert_="all")
+    if not isinstance(datamodule, EmpathyData):
+        raise TypeError(f"data._target_={data_cfg.get('_target_')} built a {type(datamodule).__name__}, which lacks "
+                        "part of the datamodule interface (empathic_fusion/datamodules/protocol.py EmpathyData)")
+    return datamodule

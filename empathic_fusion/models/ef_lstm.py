@@ -13,10 +13,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.encoders import MaskedLSTMEncoder
 from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 
 
+@register_model("ef_lstm")
 class EFLSTM(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_size: int = 128,
                  num_layers: int = 4, dropout: float = 0.5):

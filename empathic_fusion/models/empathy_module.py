@@ -8,7 +8,7 @@ Parameter-free baselines (`mean`, `story_similarity`) run through the same flow:
 the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
 (`fit`, given the training-split mean), and with nothing to train no optimizer step is taken.
 
-Checkpoints describe themselves (models/base.py; `describe_checkpoint`): besides the shared header,
+Checkpoints describe themselves (models/base.py; read with models/checkpoints.py's `read_header`): besides the shared header,
 the modality set, the input dims per modality, the feature config and the feature-store manifest
 hash. Running a model on features with other dims stops with a message saying which and how to
 fix it, instead of a shape error deep inside an encoder.
@@ -24,9 +24,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics, rating_threshold_to_target
-from empathic_fusion.models.base import EmpathyLightningModule, read_header
+from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
 
 PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")  # from the datamodule, when given
@@ -46,12 +47,7 @@ def _mismatch_message(description: dict[str, Any], problems: list[str]) -> str:
               "features.* are overridden) or retrain on these features.")
 
 
-def describe_checkpoint(path: str | Path) -> dict[str, Any]:
-    """What a checkpoint was trained on: its header (models/base.py), e.g. modalities, input dims,
-    feature config, data hashes."""
-    return read_header(path)
-
-
+@register_model("fusion")
 class EmpathyModule(EmpathyLightningModule):
     """`net` and `head` from the model config; modalities and input dims from the datamodule
     (`data_info`: EmpathyDataModule.fitted_state()); `needs`: modalities the net cannot run without."""
@@ -81,7 +77,7 @@ class EmpathyModule(EmpathyLightningModule):
         """The fusion fields of the checkpoint header."""
         provenance = {k: self.data_info[k] for k in PROVENANCE if k in self.data_info}
         return {"modalities": list(self.modalities), "input_dims": dict(self.input_dims),
-                "features": self.run_config["features"], **provenance, "net": self.hparams.net["_target_"],
+                "features": self.run_config["features"], **provenance,
                 "head": self.hparams.head}
 
     def check_input_dims(self, input_dims: dict[str, int], modalities: list[str] | None = None) -> None:

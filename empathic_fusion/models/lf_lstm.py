@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, mlp
 
 
+@register_model("lf_lstm")
 class LFLSTM(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_sizes: dict[str, int],
                  representation_dim: int = 128, post_fusion_hidden: int = 128, dropout: float = 0.1,

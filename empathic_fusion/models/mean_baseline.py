@@ -10,7 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 
+
+@register_model("mean")
 class MeanBaseline(nn.Module):
     required_head = "constant"
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
+
 from empathic_fusion.models.components.pooling import masked_mean
 
 
+@register_model("story_similarity")
 class StorySimilarity(nn.Module):
     required_head = "cosine"
 

@@ -15,6 +15,7 @@ import logging
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, feedforward
 from empathic_fusion.models.components.fusion import tensor_fusion, tensor_fusion_size
 from empathic_fusion.models.components.norm import MaskedBatchNorm
@@ -54,6 +55,7 @@ class TextSubNet(nn.Module):
         return self.linear(self.drop(self.lstm(x, mask, lengths)))
 
 
+@register_model("tfn")
 class TFN(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_sizes: dict[str, int],
                  text_out: int = 64, dropouts: dict[str, float] | None = None, post_fusion_dim: int = 32,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.text.fitted import FittedModule
 
 
+@register_model("tfidf_branch")
 class TfidfBranch(FittedModule):
     """Word 1-2-gram TF-IDF (sublinear tf) of all fields joined, reduced to `n_components` by
     truncated SVD (latent semantic analysis) and standardised; fitted on the training rows only.

@@ -34,6 +34,7 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.pipeline import Pipeline
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.text.fitted import FittedModule
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ def _or_zero_column(x: Any, n: int) -> Any:
     return csr_matrix((n, 1), dtype=np.float64) if x is None else x
 
 
+@register_model("tfidf_ridge_expert")
 class TfidfRidgeExpert(RidgeExpert):
     """Ridge on word 1-2-gram TF-IDF of every field (the TF-IDF + ridge baseline's features)."""
 
@@ -203,6 +205,7 @@ class TfidfRidgeExpert(RidgeExpert):
         return transform.transform({f: [t or "" for t in texts] for f, texts in batch["texts"].items()})
 
 
+@register_model("embedding_ridge_expert")
 class EmbeddingRidgeExpert(RidgeExpert):
     """Ridge on the frozen encoder's embeddings (`batch["embeddings"]`, fields side by side), each
     dimension centred and scaled by the training rows' statistics. `per_field` (default): one ridge

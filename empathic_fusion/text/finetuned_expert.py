@@ -32,7 +32,8 @@ import torch
 from torch import nn
 
 from empathic_fusion.metrics import metric_values
-from empathic_fusion.text.encoder import SentenceEncoder
+from empathic_fusion.core.registry import register_model
+from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.text.experts import grouped_folds
 from empathic_fusion.text.fitted import FittedModule
 
@@ -58,6 +59,7 @@ class _EncoderHead(nn.Module):
         return {n: t.detach().cpu().clone() for n, t in self.state_dict().items() if n in names}
 
 
+@register_model("finetuned_encoder_expert")
 class FineTunedEncoderExpert(FittedModule):
     """A sentence encoder fine-tuned with a linear head, cross-fitted on grouped inner folds (see the
     module docstring). `fields`: the text fields it reads (None: every field of the data)."""

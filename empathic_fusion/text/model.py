@@ -32,14 +32,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.text.encoder import SentenceEncoder
+from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.text.experts import stack_weights
-from empathic_fusion.text.report import OVERALL, robustness_report, text_report_rows
+from empathic_fusion.text.report import OVERALL, text_report_rows
+from empathic_fusion.text.robustness import robustness_report
+from empathic_fusion.text.scorer import TextScorer
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ class PersonaEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
+@register_model("mlp_head")
 class MLPHead(nn.Sequential):
     """Dropout -> Linear -> GELU -> Dropout -> Linear: one output per label."""
 
@@ -68,6 +72,7 @@ class MLPHead(nn.Sequential):
                          nn.Linear(hidden, n_outputs))
 
 
+@register_model("text_regressor")
 class TextRegressor(nn.Module):
     """Shared encoder over every text field, optional persona, MLP head with one output per label,
     optionally over a stack of ridge experts (empathic_fusion/text/experts.py).
@@ -163,6 +168,7 @@ class TextRegressor(nn.Module):
         return out + (scores.to(out.dtype) * self.stack_weight).sum(-1) + self.stack_bias
 
 
+@register_model("text")
 class TextEmpathyModule(EmpathyLightningModule):
     """Train / validate / test / predict a text net; logs `{stage}/loss` and `{stage}/rating/{r,rho,mse}`
     of the overall score (the mean of the labels) so sweepers can optimise a validation metric.
@@ -288,7 +294,7 @@ class TextEmpathyModule(EmpathyLightningModule):
 
     def describe(self) -> dict[str, Any]:
         """The text fields of the checkpoint header."""
-        return {"net": self.hparams.net["_target_"], "encoder": self.encoder_info, "fields": list(self.net.fields),
+        return {"encoder": self.encoder_info, "fields": list(self.net.fields),
                 "labels": self.label_names, "stack": self.stack_report}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -362,7 +368,7 @@ class TextEmpathyModule(EmpathyLightningModule):
         notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
         write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
                           notes=notes, loggers=loggers, logged=logged)
-        robust = robustness_report(self, datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
+        robust = robustness_report(TextScorer(self), datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
         if robust is not None:
             summary["robustness"] = str(robust)
         return summary

@@ -9,19 +9,17 @@ experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
 from empathic_fusion.metrics import metrics_with_levels
+from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.text import baselines
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.text.encoder import SentenceEncoder
-
-if TYPE_CHECKING:
-    from empathic_fusion.text.model import TextEmpathyModule
+from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
 OVERALL = "overall"
 
@@ -38,7 +36,7 @@ def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | 
     return rows
 
 
-def frozen_twin(module: TextEmpathyModule) -> SentenceEncoder:
+def frozen_twin(module: EmpathyLightningModule) -> SentenceEncoder:
     """The frozen encoder (for the embedding baseline): the module's own, or the fine-tuned one's
     pretrained weights loaded afresh."""
     if module.frozen_encoder is not None:
@@ -48,7 +46,7 @@ def frozen_twin(module: TextEmpathyModule) -> SentenceEncoder:
     return SentenceEncoder(**{**enc, "trainable_layers": 0})
 
 
-def text_report_rows(module: "TextEmpathyModule", datamodule: TextDataModule, threshold_rating: float,
+def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule, threshold_rating: float,
                      baselines_cfg: dict[str, Any]) -> dict[str, Any]:
     """The test fold's metrics per output (each label, and their mean as `overall`) for the model
     and the enabled baselines, with the rows' predictions. Acc/F1: above `threshold_rating` counts
@@ -81,23 +79,3 @@ def text_report_rows(module: "TextEmpathyModule", datamodule: TextDataModule, th
     for j, name in enumerate(names):
         frame[f"{name}_true"], frame[f"{name}_pred"] = target[:, j], pred[:, j]
     return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame}
-
-
-def robustness_report(module: "TextEmpathyModule", datamodule: TextDataModule, settings: dict[str, Any], seed: int,
-                      out_dir: Path) -> Path | None:
-    """The perturbation report of the tested module on (up to n_texts of) the test fold's texts."""
-    n_texts = int(settings["n_texts"] or 0)
-    if not n_texts or not len(datamodule.test_rows):
-        return None
-    from empathic_fusion.text.robustness import robustness_table, write_report
-    from empathic_fusion.text.scorer import TextScorer
-
-    dm = datamodule
-    scorer = TextScorer(module)
-    pick = np.sort(np.random.default_rng(seed).permutation(dm.test_rows)[:n_texts])
-    fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
-    table = robustness_table(scorer, fields[dm.spec.fields[0]], tuple(settings["levels"]), seed,
-                             context=fields, persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
-    paths = write_report(table, out_dir, settings["report_level"])
-    print(paths["md"].read_text())
-    return paths["md"]

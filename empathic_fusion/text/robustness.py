@@ -7,11 +7,13 @@ bar plot of mean absolute change per perturbation and output.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from empathic_fusion.text.perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
+from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.scorer import TextScorer
 
 
@@ -73,3 +75,20 @@ def write_report(table: pd.DataFrame, out_dir: Path, level: float = 0.3) -> dict
     plt.savefig(paths["png"], dpi=100)
     plt.close("all")
     return paths
+
+
+def robustness_report(scorer: TextScorer, datamodule: TextDataModule, settings: dict[str, Any], seed: int,
+                      out_dir: Path) -> Path | None:
+    """The perturbation report of the tested module (through its scorer) on (up to n_texts of) the
+    test fold's texts."""
+    n_texts = int(settings["n_texts"] or 0)
+    if not n_texts or not len(datamodule.test_rows):
+        return None
+    dm = datamodule
+    pick = np.sort(np.random.default_rng(seed).permutation(dm.test_rows)[:n_texts])
+    fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
+    table = robustness_table(scorer, fields[dm.spec.fields[0]], tuple(settings["levels"]), seed,
+                             context=fields, persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
+    paths = write_report(table, out_dir, settings["report_level"])
+    print(paths["md"].read_text())
+    return paths["md"]

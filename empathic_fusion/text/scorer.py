@@ -3,37 +3,42 @@
 The checkpoint describes itself (empathic_fusion/text/model.py): net and encoder config, fields, labels,
 persona vocabulary and target scaling; a frozen encoder's weights are not in it (they are reloaded
 from the encoder folder, whose identity hash is checked). `serve.py` and the robustness report
-score through `TextScorer`, which runs the module's `predict_step` with `trainer.predict` over a predict
-split of the text datamodule (`TextDataModule.for_checkpoint`): the batches are built as in training.
+score through `TextScorer`, which runs the module's `predict_step` with the one predict helper
+(empathic_fusion/models/predict.py) over a predict split of the text datamodule
+(`TextDataModule.for_checkpoint`): the batches are built as in training. Checkpoints are read by the
+one loader (empathic_fusion/models/checkpoints.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import pandas as pd
-import torch
 
+from empathic_fusion.models.base import EmpathyLightningModule
+from empathic_fusion.models.checkpoints import load_module
+from empathic_fusion.models.predict import predict
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.text.model import OVERALL, TextEmpathyModule
+from empathic_fusion.text.report import OVERALL
 
 
 class TextScorer:
     """Scores texts with a trained module: one score per label plus the overall mean."""
 
-    def __init__(self, module: TextEmpathyModule, accelerator: str = "cpu"):
+    def __init__(self, module: EmpathyLightningModule, accelerator: str = "cpu"):
+        """`module`: a text module (empathic_fusion/text/model.py's TextEmpathyModule)."""
         self.module = module.eval()
         self.accelerator = accelerator
 
     @classmethod
     def load(cls, path: str | Path, accelerator: str = "cpu") -> "TextScorer":
+        """A text checkpoint file, or a run folder's best checkpoint."""
         path = Path(path)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"text checkpoint {path} does not exist (python train.py "
                                     "experiment=text_empathetic_exchanges writes <run>/checkpoints/*.ckpt)")
-        return cls(TextEmpathyModule.load_from_checkpoint(path, map_location="cpu", weights_only=False), accelerator)
+        return cls(load_module(path, kind="text"), accelerator)
 
     @property
     def persona(self) -> PersonaEncoder:
@@ -64,10 +69,7 @@ class TextScorer:
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
         """Scores for N rows (raw: not clipped to the label scale), through trainer.predict."""
-        datamodule = self.datamodule(fields, persona)
-        trainer = L.Trainer(accelerator=self.accelerator, devices=1, logger=False, enable_checkpointing=False,
-                            enable_progress_bar=False, enable_model_summary=False)
-        pred = torch.cat(trainer.predict(self.module, datamodule=datamodule)).float().cpu().numpy()
+        pred = predict(self.module, self.datamodule(fields, persona), self.accelerator).numpy()
         out = {name: pred[:, j] for j, name in enumerate(self.module.label_names)}
         if len(self.module.label_names) > 1:
             out[OVERALL] = pred.mean(1)

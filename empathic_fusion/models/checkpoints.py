@@ -1,11 +1,16 @@
-"""Which checkpoint the app serves: a checkpoint file as given, or a run folder's best checkpoint.
+"""The one checkpoint loader: evaluate, the web app and the scorers find, read and rebuild checkpoints here.
 
-A run folder (`<run>/` or `<run>/checkpoints/`) holds the monitored ModelCheckpoint's best
+Which checkpoint: a checkpoint file as given, or a run folder's best checkpoint. A run folder (`<run>/` or `<run>/checkpoints/`) holds the monitored ModelCheckpoint's best
 (`epoch_NNN.ckpt`, what the run tested) and `last.ckpt` (the latest epoch, to resume from), which
 may be worse. The best is read from the monitored checkpoint callback's state that Lightning saves in
 every checkpoint (`best_model_path`, newest checkpoint first); when that file has moved with the
 folder it is found by name, and when it is gone the best surviving entry of the callback's
 `best_k_models` (by the monitored score and mode) is served instead.
+
+What it is: the header every module writes (`checkpoint["empathic_fusion"]`, models/base.py) names its
+module and model by registered name (empathic_fusion/core/registry.py) with a format version.
+Format 2 headers (a dotted class path) are read through the registry's aliases, so checkpoints
+written before names were registered keep loading.
 """
 from __future__ import annotations
 
@@ -16,10 +21,15 @@ from typing import Any
 
 import torch
 
+# the fusion nets register their names on import (text parts register with empathic_fusion.text.model)
+from empathic_fusion.core.registry import class_path, model_class, refresh_targets, registered_name
+from empathic_fusion.models import amer, ef_lstm, empathy_module, lf_lstm, mean_baseline, story_similarity, tfn  # noqa: F401
+from empathic_fusion.models.base import HEADER_FORMAT, HEADER_KEY, EmpathyLightningModule
+
 log = logging.getLogger(__name__)
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint's dict, memory-mapped (tensors are read when used)."""
     return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
 
@@ -54,7 +64,7 @@ def best_checkpoint(folder: Path) -> Path:
         raise FileNotFoundError(f"no .ckpt file in {folder} (train.py writes <run>/checkpoints/*.ckpt)")
     newest_first = sorted(files, key=lambda p: (p.name != "last.ckpt", -p.stat().st_mtime))
     for path in newest_first:
-        for state, mode in _monitored_states(load_checkpoint(path)):
+        for state, mode in _monitored_states(read_checkpoint(path)):
             best = _here(str(state.get("best_model_path") or ""), folder) if state.get("best_model_path") else None
             if best is not None:
                 return best
@@ -94,3 +104,51 @@ def metrics_note(path: Path) -> str:
         return ""
     return (f"These test metrics are of the run's best checkpoint {best.name}; the served {path.name} is another "
             "epoch of that run (serve the run folder to serve the best).")
+
+
+class WrongKindError(ValueError):
+    """A checkpoint of another kind than the caller serves (a text checkpoint where a fusion one goes)."""
+
+
+def checkpoint_header(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """A checkpoint's header with `module` and `model` as registered names, whatever its format."""
+    header = checkpoint.get(HEADER_KEY)
+    if not isinstance(header, dict) or not ({"module", "class"} & set(header)):
+        raise ValueError(f"{path} has no '{HEADER_KEY}' header naming its module: it was not written by "
+                         f"this version of empathic-fusion (header format {HEADER_FORMAT}); retrain it with train.py")
+    if "module" in header:
+        return dict(header)
+    # format 2: dotted paths of the module class and of the net
+    net = str(header.get("net") or (checkpoint.get("hyper_parameters") or {}).get("net", {}).get("_target_", ""))
+    return {**header, "module": registered_name(header["class"]) or header["class"],
+            "model": registered_name(net) or net}
+
+
+def read_header(path: str | Path) -> dict[str, Any]:
+    """The header of a checkpoint file or of a run folder's best checkpoint."""
+    path = resolve_checkpoint(path)
+    return checkpoint_header(read_checkpoint(path), path)
+
+
+def load_module(path: str | Path, kind: str | None = None) -> EmpathyLightningModule:
+    """A checkpoint (a file, or a run folder's best) rebuilt as the module its header names, on the CPU.
+    `kind` ('fusion' or 'text'): refuse any other kind, with a message that says where it goes."""
+    path = resolve_checkpoint(path)
+    checkpoint = read_checkpoint(path)
+    header = checkpoint_header(checkpoint, path)
+    try:
+        cls = model_class(header["module"])
+    except KeyError as error:
+        raise ValueError(f"{path}: {error.args[0]} (a text checkpoint needs empathic_fusion.text.model imported)") from None
+    if not (isinstance(cls, type) and issubclass(cls, EmpathyLightningModule)):
+        raise ValueError(f"{path}: header module {header['module']} is not an EmpathyLightningModule")
+    if kind is not None and cls.registered_name != kind:
+        raise WrongKindError(f"{path} is a {cls.registered_name} checkpoint, not a {kind} one")
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    del checkpoint
+    refreshed = refresh_targets(hparams)
+    if isinstance(refreshed.get("net"), dict) and registered_name(str(header.get("model"))):
+        refreshed["net"]["_target_"] = class_path(model_class(header["model"]))
+    changed = {key: value for key, value in refreshed.items() if value != hparams.get(key)}
+    # weights_only=False: text checkpoints hold fitted vocabularies and ridge coefficients
+    return cls.load_from_checkpoint(path, map_location="cpu", weights_only=False, **changed)

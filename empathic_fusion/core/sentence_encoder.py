@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from empathic_fusion.core.registry import register_model
+
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
 
 log = logging.getLogger(__name__)
@@ -204,6 +206,7 @@ def encoder_languages(model_path: str | None = None) -> tuple[str, ...] | None:
     return _folder_facts(resolve_model_path(model_path).resolve())["languages"]
 
 
+@register_model("sentence_encoder", aliases=("empathic_fusion.text.encoder.SentenceEncoder",))
 class SentenceEncoder(nn.Module):
     """Tokenizer + transformer from a local folder; `forward(texts)` gives one pooled vector per text
     (a tensor; gradients flow when layers are trainable), `encode(texts)` a float32 array."""
@@ -296,7 +299,7 @@ class SentenceEncoder(nn.Module):
 
     def check_languages(self, fields: dict[str, list[str]]) -> list[str]:
         """Warn, once per run and field, about texts in languages this encoder was not trained for."""
-        from empathic_fusion.text.language import warn_untrained_languages
+        from empathic_fusion.core.language import warn_untrained_languages
 
         found = [warn_untrained_languages(f"text field '{field}'", texts, self.languages, self.name)
                  for field, texts in fields.items()]

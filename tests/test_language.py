@@ -1,4 +1,4 @@
-"""Language of text fields (empathic_fusion/text/language.py) and the warnings about texts the encoder was
+"""Language of text fields (empathic_fusion/core/language.py) and the warnings about texts the encoder was
 not trained for: per field, with counts, once per run, never quoting a text."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from empathic_fusion.text.language import (detect_language, text_script, untrained_language_warning,
+from empathic_fusion.core.language import (detect_language, text_script, untrained_language_warning,
                                            warn_untrained_languages)
 
 ENGLISH = ["I was so happy when my dog finally came back home.", "That must have been really hard for you."]
@@ -33,7 +33,7 @@ def test_the_warning_counts_untrained_languages_per_field_without_quoting_texts(
 
 
 def test_each_field_warns_once_per_run(caplog):
-    with caplog.at_level(logging.WARNING, logger="empathic_fusion.text.language"):
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.core.language"):
         for _ in range(3):
             warn_untrained_languages("text field 'situation' (once test)", GERMAN, ("en",), "m")
         warn_untrained_languages("text field 'response' (once test)", GERMAN, ("en",), "m")
@@ -42,7 +42,7 @@ def test_each_field_warns_once_per_run(caplog):
 
 
 def test_the_text_encoder_checks_its_fields():
-    from empathic_fusion.text.encoder import SentenceEncoder
+    from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
     encoder = SentenceEncoder(max_length=128, pooling="mean", normalize=False)
     assert encoder.languages == ("en",)
@@ -62,7 +62,7 @@ def test_extraction_warns_about_german_stories(dataset_copy, store_copy, caplog)
     stories = pd.read_csv(dataset_copy / "stories.csv")
     stories.loc[0, "text"] = GERMAN[0] + " " + GERMAN[1]
     stories.to_csv(dataset_copy / "stories.csv", index=False)
-    with caplog.at_level(logging.WARNING, logger="empathic_fusion.text.language"):
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.core.language"):
         extract_features(load_dataset(dataset_copy), FeatureStore(store_copy), ["text"], FEATURES_CFG, progress=False)
     warned = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("stories.csv, field 'text': 1 of ") and "(de 1;" in m

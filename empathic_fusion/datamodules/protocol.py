@@ -1,0 +1,39 @@
+"""What every datamodule offers the pipeline, the LightningModules and the scorers.
+
+`EmpathyDataModule` (sessions in the dataset contract, datamodules/empathy_datamodule.py) and
+`TextDataModule` (a table of texts, text/datamodule.py) both implement it; `build_datamodule`
+(models/base.py) returns one, and nothing downstream asks which of the two it has.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from torch.utils.data import DataLoader
+
+
+@runtime_checkable
+class EmpathyData(Protocol):
+    """A Lightning datamodule of empathy ratings (windows of sessions, or rows of a text table)."""
+
+    name: str              # the data set's name, as reports and model cards show it
+    modalities: list[str]  # the modalities its batches carry ("video", "audio", "text")
+
+    def prepare_data(self) -> None:
+        """Validate the data and extract (or reuse) what it needs, once per machine."""
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the splits a stage ("fit", "validate", "test", "predict") reads."""
+
+    def describe(self) -> dict[str, Any]:
+        """What a checkpoint records about the data (shown on the model card)."""
+
+    def fitted_state(self) -> dict[str, Any]:
+        """What a model is built from and keeps in its checkpoint (dims, fields, fitted statistics)."""
+
+    def train_dataloader(self) -> DataLoader: ...
+
+    def val_dataloader(self) -> DataLoader: ...
+
+    def test_dataloader(self) -> DataLoader: ...
+
+    def predict_dataloader(self) -> DataLoader: ...
