@@ -15,6 +15,7 @@ split with a single class still gets its accuracy. Only an empty input gives NaN
 from __future__ import annotations
 
 import warnings
+
 import numpy as np
 import pandas as pd
 import torch

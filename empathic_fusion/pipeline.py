@@ -9,11 +9,11 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+import empathic_fusion.text  # noqa: F401  (registers the text module and its parts)
 from empathic_fusion.config import validate
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.models.base import build_datamodule, build_module
 from empathic_fusion.models.checkpoints import load_module
-import empathic_fusion.text  # noqa: F401  (registers the text module and its parts)
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 
 log = logging.getLogger(__name__)

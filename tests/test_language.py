@@ -6,8 +6,12 @@ import logging
 
 import pytest
 
-from empathic_fusion.core.language import (detect_language, text_script, untrained_language_warning,
-                                           warn_untrained_languages)
+from empathic_fusion.core.language import (
+    detect_language,
+    text_script,
+    untrained_language_warning,
+    warn_untrained_languages,
+)
 
 ENGLISH = ["I was so happy when my dog finally came back home.", "That must have been really hard for you."]
 GERMAN = ["Ich war so froh, als mein Hund endlich nach Hause kam.", "Das muss wirklich schwer für dich gewesen sein."]
@@ -52,12 +56,12 @@ def test_the_text_encoder_checks_its_fields():
 
 @pytest.mark.slow
 def test_extraction_warns_about_german_stories(dataset_copy, store_copy, caplog):
+    import pandas as pd
+
     from empathic_fusion.dataset import load_dataset
     from empathic_fusion.features.extract import extract_features
     from empathic_fusion.features.store import FeatureStore
     from tests.conftest import FEATURES_CFG
-
-    import pandas as pd
 
     stories = pd.read_csv(dataset_copy / "stories.csv")
     stories.loc[0, "text"] = GERMAN[0] + " " + GERMAN[1]

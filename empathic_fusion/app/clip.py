@@ -26,12 +26,18 @@ import yaml
 
 from empathic_fusion.app.card import ModelCard, fusion_card
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
-from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
+from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
-from empathic_fusion.models.checkpoints import WrongKindError, load_module, metrics_note, read_checkpoint, resolve_checkpoint
+from empathic_fusion.models.checkpoints import (
+    WrongKindError,
+    load_module,
+    metrics_note,
+    read_checkpoint,
+    resolve_checkpoint,
+)
 from empathic_fusion.models.predict import predict
 
 SESSION, PARTICIPANT, STORY = "clip", "uploader", "typed_story"

@@ -38,9 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from empathic_fusion.core.registry import register_model
-
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
+from empathic_fusion.core.registry import register_model
 
 log = logging.getLogger(__name__)
 

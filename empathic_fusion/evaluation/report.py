@@ -25,8 +25,14 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from empathic_fusion.config import typed
 from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
-from empathic_fusion.evaluation.plots import (log_figure, per_participant_r, predicted_vs_true, rating_distributions, save_figure,
-                                  session_timelines)
+from empathic_fusion.evaluation.plots import (
+    log_figure,
+    per_participant_r,
+    predicted_vs_true,
+    rating_distributions,
+    save_figure,
+    session_timelines,
+)
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics, format_table
 
 log = logging.getLogger(__name__)

@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from multiprocessing import get_context
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.config import with_defaults
 from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
+from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
 from empathic_fusion.utils.run_output import native_logs_filtered
 
@@ -300,8 +300,8 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                                       device=text_cfg["device"])
         return encoder
 
-    from empathic_fusion.features.text_sbert import extract_text
     from empathic_fusion.core.sentence_encoder import encoder_identity
+    from empathic_fusion.features.text_sbert import extract_text
 
     identity = encoder_identity(text_cfg["model_path"])
     _check_languages(dataset, text_cfg, "text" in wanted)
@@ -360,8 +360,8 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
 def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
     """Warn (once per run and field) about story and utterance texts in languages the encoder was not
     trained for: the stories always (every window reads them), the utterances when the text branch is used."""
-    from empathic_fusion.core.sentence_encoder import encoder_languages, encoder_name
     from empathic_fusion.core.language import warn_untrained_languages
+    from empathic_fusion.core.sentence_encoder import encoder_languages, encoder_name
 
     languages = encoder_languages(text_cfg["model_path"])
     name = encoder_name(text_cfg["model_path"])

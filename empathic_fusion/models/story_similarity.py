@@ -9,7 +9,6 @@ import torch
 from torch import nn
 
 from empathic_fusion.core.registry import register_model
-
 from empathic_fusion.models.components.pooling import masked_mean
 
 

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from empathic_fusion.metrics import metric_values
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
+from empathic_fusion.metrics import metric_values
 from empathic_fusion.text.experts import grouped_folds
 from empathic_fusion.text.fitted import FittedModule
 

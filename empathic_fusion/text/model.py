@@ -33,14 +33,14 @@ import torch
 from torch import nn
 
 from empathic_fusion.core.registry import register_model
+from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.text.experts import stack_weights
-from empathic_fusion.text.report import OVERALL, text_report_rows
+from empathic_fusion.text.report import text_report_rows
 from empathic_fusion.text.robustness import robustness_report
 from empathic_fusion.text.scorer import TextScorer
 

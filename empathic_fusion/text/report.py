@@ -8,18 +8,17 @@ experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.metrics import metrics_with_levels
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.text import baselines
 from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
 OVERALL = "overall"
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.text.perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
 from empathic_fusion.text.datamodule import TextDataModule
+from empathic_fusion.text.perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
 from empathic_fusion.text.scorer import TextScorer
 
 
