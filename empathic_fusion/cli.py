@@ -28,8 +28,8 @@ def run_setup(cfg: DictConfig) -> Iterator[None]:
     from empathic_fusion.utils.run_output import data_warning_summary, reset_data_warnings, set_verbosity
     from empathic_fusion.utils.threads import configure_threads
 
-    set_verbosity(bool(cfg.get("verbose", False)))
-    configure_threads(cfg.get("threads"))
+    set_verbosity(cfg.verbose)
+    configure_threads(cfg.threads)
     reset_data_warnings()
     try:
         yield
@@ -79,8 +79,8 @@ def serve(cfg: DictConfig) -> None:
     from empathic_fusion.utils.run_output import set_verbosity
     from empathic_fusion.utils.threads import configure_threads
 
-    set_verbosity(bool(cfg.get("verbose", False)))
-    configure_threads(cfg.get("threads"))
+    set_verbosity(cfg.verbose)
+    configure_threads(cfg.threads)
     text, clip = models_from_config(cfg)
     for model in (text, clip):
         if model is not None:

@@ -42,6 +42,11 @@ def test_every_shipped_config_passes_the_checks(override, tmp_path):
     ("features.face.backend=dlib", "features.face.backend=dlib: must be mediapipe or openface"),
     ("features.modalities.video=[glove]", "features.modalities.video=['glove']: must be one or more of ['face', 'cnn']"),
     ("model.optimizer.lr=0", "model.optimizer.lr=0: must be a learning rate > 0"),
+    ("model.optimizer.weight_decay=-1", "model.optimizer.weight_decay=-1: must be a number >= 0"),
+    ("model.head=mlp", "model.head=mlp: must be similarity, regression, cosine or constant"),
+    ("model.needs=[smell]", "model.needs=['smell']: must be a subset of ['video', 'audio', 'text']"),
+    ("threads=0", "threads=0: must be null (the cores free now) or an integer >= 1"),
+    ("optimized_metric=test/loss", "optimized_metric=test/loss: must be a validation metric (val/...)"),
 ])
 def test_out_of_range_settings_stop_the_run_before_any_data_is_read(override, message, tmp_path):
     cfg = compose_config([override, "data.dataset_dir=/does/not/exist"], tmp_path)
@@ -54,6 +59,9 @@ def test_out_of_range_settings_stop_the_run_before_any_data_is_read(override, me
     ("evaluation.plots=maybe", "Value 'maybe' is not a valid bool"),
     ("data.windw_frames=100", "Key 'windw_frames' not in 'FusionDataConfig'"),                  # unknown key
     ("trainer.max_epoch=3", "Key 'max_epoch' not in 'TrainerConfig'"),
+    ("model.hed=regression", "Key 'hed' not in 'FusionModelConfig'"),
+    ("verbose=loud", "Value 'loud' is not a valid bool"),                                         # top-level keys
+    ("seeds=3", "Key 'seeds' not in 'TrainRunConfig'"),
 ])
 def test_wrong_types_and_unknown_keys_fail_while_composing(override, message, tmp_path):
     with pytest.raises(ConfigCompositionException) as error:
@@ -69,6 +77,8 @@ def test_unknown_keys_added_with_plus_are_refused_at_start(tmp_path):
         validate(cfg)
     assert "data.windw_frames=100: not a setting; known: [" in str(error.value) and "'window_frames'" in str(error.value)
     assert "features.cnn.strid=2: not a setting" in str(error.value)
+    with pytest.raises(ConfigError, match=re.escape("seeds: not a setting; known: ['task_name', 'seed'")):
+        validate(compose_config(["+seeds=3"], tmp_path))
 
 
 def test_partial_configs_from_code_are_typed_with_defaults_filled_in():
@@ -79,6 +89,34 @@ def test_partial_configs_from_code_are_typed_with_defaults_filled_in():
         typed("features", {"cnn": {"fo": 1}})
     with pytest.raises(ConfigError, match=re.escape("data.dataset_dir=???: must be set")):
         typed("data", {"_target_": "empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule"})
+
+
+def test_text_model_settings_are_checked(tmp_path):
+    text = ["data=text_csv", "model=text_regressor", *TEXT_TABLE]
+    with pytest.raises(ConfigError) as error:
+        validate(compose_config(text + ["model.encoder_lr=0", "model.optimizer.lr=-1"], tmp_path))
+    for problem in ("model.encoder_lr=0.0: must be a learning rate > 0", "model.optimizer.lr=-1: must be a learning"):
+        assert problem in str(error.value)
+    with pytest.raises(ConfigError, match=re.escape("model.robustness.report_level=0.5: must be one of levels [0.1,")):
+        validate(compose_config(text + ["model.robustness.report_level=0.5"], tmp_path))
+    built = typed("model", {"_target_": "empathic_fusion.text.model.TextEmpathyModule", "net": {"_target_": "x.Net"},
+                            "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3}})
+    assert built.use_persona and built.baselines.embedding_ridge and built.robustness.n_texts == 0
+    with pytest.raises(ConfigError, match=re.escape("model.net=None: must be a network config")):
+        typed("model", {"_target_": "empathic_fusion.models.empathy_module.EmpathyModule", "net": None,
+                        "optimizer": {"_target_": "torch.optim.AdamW"}})
+
+
+@pytest.mark.parametrize("name,override,message", [
+    ("evaluate", "split=train", "split=train: must be test or val"),
+    ("extract", "workers=0", "workers=0: must be an integer >= 1"),
+    ("serve", "port=0", "port=0: must be a port number in 1..65535"),
+    ("serve", "accelerator=tpu", "accelerator=tpu: must be cpu, gpu or auto"),
+])
+def test_top_level_keys_of_every_entry_point_are_checked(name, override, message, tmp_path):
+    cfg = compose_config([override], tmp_path, name)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate(cfg)
 
 
 def test_every_problem_is_listed_at_once_and_evaluate_checks_too(tmp_path):

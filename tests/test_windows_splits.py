@@ -1,12 +1,16 @@
 """Window indexing, participant splits and oversampling."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from empathic_fusion.datamodules.sampler import RatingOversampler, oversampled_indices
-from empathic_fusion.datamodules.splits import load_or_create_split, split_participants
+from empathic_fusion.config import ConfigError, FusionDataConfig, typed
+from empathic_fusion.datamodules.splits import (group_folds, group_holdout, load_or_create_split, participant_folds,
+                                                split_participants)
 from empathic_fusion.datamodules.windows import build_windows, phase_span, window_starts
 
 
@@ -38,8 +42,13 @@ def test_phase_spans_per_scenario():
     assert phase_span(transcript, "story_share", "s1") == (3.3, 15.3)
     assert phase_span(transcript, "reflection", "s2") == (24.5, 40.0)
     assert phase_span(transcript, "reflection", "s3") is None
-    with pytest.raises(ValueError, match="scenario"):
-        phase_span(transcript, "cool_down", "s1")
+
+
+def test_a_scenario_without_windows_is_refused_by_the_data_schema():
+    """phase_span trusts data.scenario: the schema names the key and the scenarios it allows."""
+    with pytest.raises(ConfigError, match=re.escape("data.scenario=cool_down: must be story_share or reflection")):
+        typed("data", {"_target_": FusionDataConfig._target_, "dataset_dir": "/x", "store_dir": "/x/store", "seed": 0,
+                       "scenario": "cool_down"})
 
 
 def test_build_windows_counts_and_boundaries():
@@ -67,6 +76,50 @@ def test_split_is_participant_level_seeded_and_persisted(tmp_path):
     again, again_hash = load_or_create_split(path, ids, (0.7, 0.2, 0.1), 1)
     assert first == again == split and first_hash == again_hash and path.exists()
     assert sorted(split_participants(ids[:4], (0.7, 0.2, 0.1), 0).values()) == ["test", "train", "train", "val"]
+    assert sorted(split_participants(ids[:3], (0.8, 0.1, 0.1), 5).values()) == ["test", "train", "val"]
+    assert set(split_participants(ids, (1.0, 0.0, 0.0), 0).values()) == {"train"}
+
+
+def test_a_persisted_split_is_reused_while_its_participants_and_settings_hold(tmp_path):
+    ids = [f"p{i:02d}" for i in range(10)]
+    path = tmp_path / "split.json"
+    path.write_text('{"seed": 0, "fractions": [0.7, 0.2, 0.1], "hash": "h", '
+                    '"assignment": {' + ", ".join(f'"{p}": "train"' for p in ids) + "}}")
+    assert load_or_create_split(path, ids, (0.7, 0.2, 0.1), 0) == ({p: "train" for p in ids}, "h")
+    fresh, fresh_hash = load_or_create_split(path, ids + ["p99"], (0.7, 0.2, 0.1), 0)  # another participant
+    assert fresh_hash != "h" and sorted(fresh) == sorted(ids + ["p99"]) and "test" in fresh.values()
+
+
+def test_group_folds_keep_groups_whole_balance_sizes_and_follow_the_seed():
+    groups = np.repeat([f"g{i}" for i in range(12)], 3)  # 12 groups of 3 rows
+    folds = group_folds(len(groups), 4, seed=0, groups=groups)
+    tested = np.concatenate([test for _, test in folds])
+    assert sorted(tested.tolist()) == list(range(len(groups)))  # every row tested once
+    for train, test in folds:
+        assert not set(groups[train]) & set(groups[test]) and len(test) == 9
+    assert [t.tolist() for _, t in folds] == [t.tolist() for _, t in group_folds(len(groups), 4, 0, groups=groups)]
+    assert [t.tolist() for _, t in folds] != [t.tolist() for _, t in group_folds(len(groups), 4, 1, groups=groups)]
+    strata = np.tile([1, 1, 5], 12)  # every group holds both levels: each fold keeps the 2:1 mix
+    for _, test in group_folds(len(groups), 4, 0, groups=groups, strata=strata):
+        assert (strata[test] == 1).sum() == 2 * (strata[test] == 5).sum()
+    with pytest.raises(ValueError, match="3 groups cannot fill 4 folds"):
+        group_folds(9, 4, 0, groups=groups[:9])
+    rows = group_folds(10, 5, 0)  # no groups: shuffled rows
+    assert sorted(np.concatenate([t for _, t in rows]).tolist()) == list(range(10))
+
+
+def test_group_holdout_holds_out_whole_groups():
+    groups = np.repeat(["a", "b", "c", "d"], [1, 2, 3, 4])
+    kept, held = group_holdout(groups, 2, seed=0)
+    assert len(set(groups[held])) == 2 and not set(groups[kept]) & set(groups[held])
+    assert sorted(np.concatenate([kept, held]).tolist()) == list(range(10))
+    kept, held = group_holdout(groups, 0, seed=0)
+    assert len(held) == 0 and len(kept) == 10
+
+
+def test_participant_folds_need_as_many_participants_as_folds():
+    with pytest.raises(ValueError, match=re.escape("data.cv_folds <= number of participants (3)")):
+        participant_folds(["a", "b", "c"], 5, 0, 0.2, 0)
 
 
 def test_oversampling_balances_rating_classes_and_reshuffles_per_epoch():

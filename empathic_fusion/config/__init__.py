@@ -29,18 +29,26 @@ from empathic_fusion.config.demo import DemoConfig
 from empathic_fusion.config.evaluation import EvaluationConfig
 from empathic_fusion.config.feature_defaults import modality_branches, with_defaults
 from empathic_fusion.config.features import FeaturesConfig
+from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
 from empathic_fusion.config.paths import PathsConfig
+from empathic_fusion.config.run import EvaluateRunConfig, ExtractRunConfig, ServeRunConfig, TrainRunConfig
 from empathic_fusion.config.trainer import TrainerConfig
 from empathic_fusion.config.validate import typed, validate
 
 # (group, schema name) -> dataclass; a YAML of the group lists the schema name first in its defaults
-SCHEMAS: dict[tuple[str, str], type] = {
+SCHEMAS: dict[tuple[str | None, str], type] = {
     ("data", "schema_fusion_data"): FusionDataConfig,
     ("data", "schema_text_data"): TextDataConfig,
     ("features", "schema_features"): FeaturesConfig,
     ("trainer", "schema_trainer"): TrainerConfig,
     ("evaluation", "schema_evaluation"): EvaluationConfig,
     ("paths", "schema_paths"): PathsConfig,
+    ("model", "schema_fusion_model"): FusionModelConfig,
+    ("model", "schema_text_model"): TextModelConfig,
+    (None, "schema_train"): TrainRunConfig,        # the top-level keys of conf/train.yaml, ... (run.py)
+    (None, "schema_evaluate"): EvaluateRunConfig,
+    (None, "schema_extract"): ExtractRunConfig,
+    (None, "schema_serve"): ServeRunConfig,
 }
 
 

@@ -17,8 +17,9 @@ class ConfigError(ValueError):
 def require(prefix: str, obj: Any, rules: dict[str, tuple[bool, str]]) -> None:
     """Raise ConfigError naming `prefix.field=value` and what is allowed for every rule that fails.
 
-    `rules` maps a field of `obj` to (whether its value is allowed, what is allowed)."""
-    problems = [f"{prefix}.{name}={getattr(obj, name)}: must be {allowed}"
+    `rules` maps a field of `obj` to (whether its value is allowed, what is allowed); an empty `prefix`
+    names top-level keys (`seed=...`)."""
+    problems = [f"{prefix + '.' if prefix else ''}{name}={getattr(obj, name)}: must be {allowed}"
                 for name, (ok, allowed) in rules.items() if not ok]
     if problems:
         raise ConfigError(problems)

@@ -13,27 +13,31 @@ from typing import Any
 from omegaconf import DictConfig, MissingMandatoryValue, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from empathic_fusion.config.checks import ConfigError, finite
+from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.config.data import FusionDataConfig, TextDataConfig, rating_scale
 from empathic_fusion.config.evaluation import EvaluationConfig
 from empathic_fusion.config.features import FeaturesConfig
+from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
+from empathic_fusion.config.run import GROUP_KEYS, RUN_SCHEMAS
 from empathic_fusion.config.trainer import TrainerConfig
 
-GROUPS = {"data": None, "features": FeaturesConfig, "trainer": TrainerConfig, "evaluation": EvaluationConfig}
-MODEL_RULES = (("model.optimizer.lr", lambda v: finite(v) and v > 0, "a learning rate > 0"),
-               ("model.optimizer.weight_decay", lambda v: finite(v) and v >= 0, "a number >= 0"))
-DATA_SCHEMAS = {schema._target_: schema for schema in (FusionDataConfig, TextDataConfig)}
+GROUPS = {"data": None, "features": FeaturesConfig, "model": None, "trainer": TrainerConfig,
+          "evaluation": EvaluationConfig}
+# a group with one schema per kind: a config built by hand (or a checkpoint's) is matched by its _target_
+TARGET_SCHEMAS = {"data": {schema._target_: schema for schema in (FusionDataConfig, TextDataConfig)},
+                  "model": {schema._target_: schema for schema in (FusionModelConfig, TextModelConfig)}}
 
 
 def schema_of(group: str, node: Any) -> type | None:
-    """The dataclass a group's config follows: its own structured type, or (for a data config built by
-    hand) the schema of its `_target_`; None when there is none (e.g. evaluate.yaml's partial `data: {}`)."""
+    """The dataclass a group's config follows: its own structured type, or (for a data or model config
+    built by hand) the schema of its `_target_`; None when there is none (e.g. evaluate.yaml's partial
+    `data: {}`, a model class of the user's own)."""
     object_type = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
     if object_type is not None and dataclasses.is_dataclass(object_type):
         return object_type
-    if group == "data":
+    if group in TARGET_SCHEMAS:
         target = node.get("_target_") if isinstance(node, (dict, DictConfig)) else None
-        return DATA_SCHEMAS.get(target)
+        return TARGET_SCHEMAS[group].get(target)
     return GROUPS.get(group)
 
 
@@ -42,7 +46,8 @@ def typed(group: str, values: Any) -> Any:
     so defaults are filled in, unknown keys and wrong types refused, ranges and choices checked."""
     schema = schema_of(group, values)
     if schema is None:
-        raise ConfigError([f"{group}: no schema for this config (data needs a known _target_: {sorted(DATA_SCHEMAS)})"])
+        known = sorted(TARGET_SCHEMAS.get(group, {}))
+        raise ConfigError([f"{group}: no schema for this config" + (f" (a known _target_: {known})" if known else "")])
     try:
         node = values if OmegaConf.get_type(values) is schema else OmegaConf.merge(OmegaConf.structured(schema), values)
         unknown = _unknown_keys(node, group)
@@ -77,6 +82,25 @@ def _key(group: str, error: OmegaConfBaseException) -> str:
     return key if key.startswith(f"{group}.") else f"{group}.{key}"
 
 
+def _run_problems(cfg: DictConfig) -> list[str]:
+    """The top-level keys of a run config (run.py) out of range; its groups are checked on their own."""
+    schema = OmegaConf.get_type(cfg)
+    if schema not in RUN_SCHEMAS.values():
+        return []
+    known = [f.name for f in dataclasses.fields(schema)]
+    problems = [f"{key}: not a setting; known: {known}" for key in cfg if key not in known and key != "hydra"]
+    values = {key: cfg[key] for key in known if key in cfg and key not in GROUP_KEYS}
+    try:
+        OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), _resolved(values)))
+    except ConfigError as error:
+        problems += error.problems
+    return problems
+
+
+def _resolved(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else v for k, v in values.items()}
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise ConfigError listing every setting of the run config `cfg` out of its range or choices."""
     problems: list[str] = []
@@ -89,10 +113,7 @@ def validate(cfg: DictConfig) -> None:
             built[group] = typed(group, node)
         except ConfigError as error:
             problems += error.problems
-    for key, ok, allowed in MODEL_RULES:  # the model group has no schema of its own yet
-        value = OmegaConf.select(cfg, key)
-        if value is not None and not ok(value):
-            problems.append(f"{key}={value}: must be {allowed}")
+    problems += _run_problems(cfg)
     low, high = rating_scale(getattr(built.get("data"), "levels", None))
     for key in ("evaluation.threshold_rating",):
         threshold = OmegaConf.select(cfg, key)

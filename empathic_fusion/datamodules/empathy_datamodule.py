@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from empathic_fusion.config import modality_branches, with_defaults
-from empathic_fusion.config.data import LOADERS, STALE_POLICIES, FusionDataConfig
+from empathic_fusion.config.data import FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
@@ -90,12 +90,8 @@ class EmpathyDataModule(L.LightningDataModule):
         self.extract_workers = int(extract_workers)
         self.seed = int(seed)
         self.cv_folds, self.cv_fold = int(cv_folds), int(cv_fold)  # cv_folds > 1: participant K-fold, this fold tests
-        if on_stale not in STALE_POLICIES:
-            raise ValueError(f"data.on_stale must be one of {list(STALE_POLICIES)}, got '{on_stale}'")
         self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
-        if loader not in LOADERS:
-            raise ValueError(f"data.loader must be one of {list(LOADERS)}, got '{loader}'")
-        self.loader = loader
+        self.loader = loader  # choices and ranges of the data settings are the schema's (config/data.py)
         self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
         self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
         self.predict = bool(predict)  # one predict split over the whole dataset, z-scored with `stats`
@@ -132,7 +128,7 @@ class EmpathyDataModule(L.LightningDataModule):
         for branches that are absent, stale (extracted from other inputs or settings than the dataset and
         config now give) or damaged. Stale and damaged branches are never read: masked with a warning,
         or an error when `on_stale=error`."""
-        from empathic_fusion.text.encoder import encoder_identity
+        from empathic_fusion.core.sentence_encoder import encoder_identity
 
         features = with_defaults(self.features)
         identity = encoder_identity(features["text"]["model_path"])

@@ -1,32 +1,81 @@
-"""Participant-level train/val/test splits, seeded and persisted with a hash so runs can cite them."""
+"""The one splitter of the project, on scikit-learn's group splitters: a group (a participant, a writer, a
+conversation) is never split between train, validation and test.
+
+The fusion data splits participants (`split_participants`, persisted with a hash by `load_or_create_split`
+so runs can cite them; `participant_folds` for K-fold); the text tables (empathic_fusion/text/data.py)
+split rows grouped by their group column with the same `group_folds` and `group_holdout`.
+"""
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
+from sklearn.model_selection import GroupKFold, GroupShuffleSplit, KFold, StratifiedGroupKFold
 
 from empathic_fusion.core.files import atomic_write_text, canonical_hash
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
+MAX_STRATA = 20  # more distinct levels than this (a continuous label): grouped folds without stratification
+
+Folds = list[tuple[np.ndarray, np.ndarray]]
+
+
+def group_folds(n_rows: int, n_folds: int, seed: int, groups: Sequence | np.ndarray | None = None,
+                strata: np.ndarray | None = None) -> Folds:
+    """(train rows, test rows) of each of `n_folds` folds; every row is tested once and a group never
+    spans two folds (seeded).
+
+    With `strata` of 2..MAX_STRATA levels, StratifiedGroupKFold keeps each fold's levels near the whole
+    table's; otherwise GroupKFold over a seeded relabelling of the groups (it breaks ties between
+    equal-sized groups by label order), which keeps fold sizes within one group of each other. Without
+    groups every row is its own group: shuffled KFold."""
+    rows = np.zeros(n_rows)
+    if groups is None:
+        if n_rows < n_folds:
+            raise ValueError(f"{n_rows} rows cannot fill {n_folds} folds")
+        return list(KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(rows))
+    groups = np.asarray(groups).astype(str)
+    unique = np.unique(groups)
+    if len(unique) < n_folds:
+        raise ValueError(f"{len(unique)} groups cannot fill {n_folds} folds")
+    if strata is not None and 1 < len(np.unique(strata)) <= MAX_STRATA:
+        splitter = StratifiedGroupKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+        return list(splitter.split(rows, strata, groups))
+    relabel = dict(zip(unique, np.random.default_rng(seed).permutation(len(unique))))
+    codes = np.array([relabel[g] for g in groups])
+    return list(GroupKFold(n_splits=n_folds).split(rows, groups=codes))
+
+
+def group_holdout(groups: Sequence | np.ndarray, n_held: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(kept rows, held-out rows): `n_held` whole groups, drawn at random (seeded) by GroupShuffleSplit."""
+    groups = np.asarray(groups).astype(str)
+    rows = np.arange(len(groups))
+    if n_held <= 0:
+        return rows, rows[:0]
+    kept, held = next(GroupShuffleSplit(n_splits=1, test_size=int(n_held), random_state=seed)
+                      .split(rows, groups=groups))
+    return np.sort(kept), np.sort(held)
+
+
+def _held_count(fraction: float, n: int, at_least_one: bool) -> int:
+    return max(int(round(fraction * n)), 1 if at_least_one and fraction > 0 else 0)
 
 
 def split_participants(participant_ids: list[str], fractions: tuple[float, float, float], seed: int) -> dict[str, str]:
-    """participant -> split; val and test get at least one participant each when there are three or more."""
-    if abs(sum(fractions) - 1.0) > 1e-6 or min(fractions) < 0:
-        raise ValueError(f"split fractions must be non-negative and sum to 1, got {fractions}")
-    ids = sorted(participant_ids)
+    """participant -> split (the fractions are the schema's data.split_fractions); val and test get at
+    least one participant each when there are three or more. Test participants are drawn first, then
+    validation from the rest, each a seeded GroupShuffleSplit over participants."""
+    ids = np.array(sorted(participant_ids))
     n = len(ids)
-    order = np.random.default_rng(seed).permutation(n)
-    n_test = int(round(fractions[2] * n))
-    n_val = int(round(fractions[1] * n))
-    if n >= 3:
-        n_test, n_val = max(n_test, 1 if fractions[2] > 0 else 0), max(n_val, 1 if fractions[1] > 0 else 0)
-    n_train = n - n_val - n_test
-    names = ["train"] * n_train + ["val"] * n_val + ["test"] * n_test
-    return {ids[i]: names[k] for k, i in enumerate(order)}
+    n_test = _held_count(fractions[2], n, n >= 3)
+    n_val = _held_count(fractions[1], n, n >= 3)
+    rest, test = group_holdout(ids, n_test, seed)
+    _, val = group_holdout(ids[rest], n_val, seed)
+    return _assignment(ids, test, rest[val])
 
 
 def load_or_create_split(path: Path, participant_ids: list[str], fractions: tuple[float, float, float],
@@ -49,20 +98,20 @@ def load_or_create_split(path: Path, participant_ids: list[str], fractions: tupl
 def participant_folds(participant_ids: list[str], n_folds: int, fold: int, val_fraction: float,
                       seed: int) -> dict[str, str]:
     """Participant-grouped K-fold: fold `fold` of `n_folds` is the test split, every participant is in
-    exactly one test fold; `val_fraction` of the others (at least one) is held out for checkpoint selection.
+    exactly one test fold (fold sizes differ by at most one); `val_fraction` of the others (at least
+    one) is held out for checkpoint selection. `fold` and `val_fraction` come from the checked data
+    config (data.cv_fold, data.split_fractions); the number of participants comes from the data."""
+    ids = np.array(sorted(participant_ids))
+    if n_folds > len(ids):
+        raise ValueError(f"cross-validation needs data.cv_folds <= number of participants ({len(ids)}), "
+                         f"got {n_folds}")
+    rest, test = group_folds(len(ids), n_folds, seed, groups=ids)[fold]
+    _, val = group_holdout(ids[rest], _held_count(val_fraction, len(rest), len(rest) > 1), seed)
+    return _assignment(ids, test, rest[val])
 
-    Folds come from one seeded permutation dealt round-robin, so fold sizes differ by at most one.
-    """
-    ids = sorted(participant_ids)
-    if not 2 <= n_folds <= len(ids):
-        raise ValueError(f"cross-validation needs 2 <= cv_folds <= number of participants ({len(ids)}), got {n_folds}")
-    if not 0 <= fold < n_folds:
-        raise ValueError(f"cv_fold must be in 0..{n_folds - 1}, got {fold}")
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    order = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
-    test = set(order[fold::n_folds])
-    rest = [p for p in order if p not in test]
-    n_val = max(int(round(val_fraction * len(rest))), 1 if val_fraction > 0 and len(rest) > 1 else 0)
-    val = set(rest[:n_val])
-    return {p: "test" if p in test else "val" if p in val else "train" for p in ids}
+
+def _assignment(ids: np.ndarray, test: np.ndarray, val: np.ndarray) -> dict[str, str]:
+    """participant -> split from the positions in `ids` of the test and validation participants."""
+    names = np.full(len(ids), "train", dtype=object)
+    names[test], names[val] = "test", "val"
+    return dict(zip(ids.tolist(), names.tolist()))

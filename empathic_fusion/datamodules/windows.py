@@ -14,13 +14,10 @@ import math
 import numpy as np
 import pandas as pd
 
-SCENARIOS = {"story_share": "story_share", "reflection": "reflection"}
-
 
 def phase_span(transcript: pd.DataFrame, scenario: str, story_id: str) -> tuple[float, float] | None:
-    """Seconds (start, end) of the rating's phase, or None when the transcript has none."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"scenario must be one of {list(SCENARIOS)}, got '{scenario}'")
+    """Seconds (start, end) of the rating's phase, or None when the transcript has none. `scenario` is
+    the checked data.scenario (story_share | reflection; empathic_fusion/config/data.py)."""
     rows = transcript[transcript.phase == scenario]
     if scenario == "reflection":
         rows = rows[rows.story_id == story_id]

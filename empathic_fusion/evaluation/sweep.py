@@ -64,13 +64,13 @@ def skip_incompatible_cell(cfg: DictConfig, out_dir: Path) -> dict[str, Any] | N
     A model config may list `needs: [text]` (story_similarity does). Outside such a grid nothing is
     skipped and the model's own error explains the mismatch. The job leaves `skipped.json`.
     """
-    if not (cfg.get("grid") or {}).get("skip_incompatible", False):
+    if not cfg.grid.skip_incompatible:
         return None
-    lacking = sorted(set(cfg.model.get("needs") or []) - set(cfg.modality.names))
+    lacking = sorted(set(cfg.model.get("needs") or []) - set(cfg.modality.names))  # text models have no `needs`
     if not lacking:
         return None
     entry = {"skipped": True, "model": model_display_name(cfg.model.net._target_), "modality": cfg.modality.short,
-             "seed": cfg.get("seed"), "reason": f"{model_display_name(cfg.model.net._target_)} needs {lacking}, "
+             "seed": cfg.seed, "reason": f"{model_display_name(cfg.model.net._target_)} needs {lacking}, "
                                                 f"modality {cfg.modality.short} has {list(cfg.modality.names)}"}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "skipped.json").write_text(json.dumps(entry, indent=1))

@@ -63,14 +63,14 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
 
         generate_demo(Path(data["dataset_dir"]), DemoConfig(**data["demo"]), workers=int(cfg.workers))
     store = FeatureStore(data["store_dir"])
-    dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.get("branches") else modalities,
+    dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.branches else modalities,
                            bool(data["allow_shared_media"]), store.file_hash)
     for warning in dataset.warnings:
         warn_data(warning)
-    branches = list(cfg.branches) if cfg.get("branches") else None
+    branches = list(cfg.branches) if cfg.branches else None
     report = extract_features(dataset, store, modalities, features, workers=int(cfg.workers),
-                              progress=bool(cfg.progress), shard=parse_shard(cfg.get("shard")), branches=branches,
-                              verify=bool(cfg.get("verify", False)))
+                              progress=bool(cfg.progress), shard=parse_shard(cfg.shard), branches=branches,
+                              verify=cfg.verify)
     shown = branches or [b for m in modalities for b in features["modalities"][m]]
     for warning in report.warnings:
         warn_data(warning)
@@ -78,7 +78,7 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     print(f"\nfeature store {store.root}:")
     print(format_dims(branch_dims(store, shown), {m: features["modalities"][m] for m in modalities}))
     if report.failures:
-        shard = parse_shard(cfg.get("shard"))
+        shard = parse_shard(cfg.shard)
         name = "failures.json" if shard is None else f"failures-shard{shard[0]}of{shard[1]}.json"
         print(f"\n{len(report.failures)} failure(s) listed in {store.root / name}")
     return report

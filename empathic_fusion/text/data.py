@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import GroupKFold, KFold, StratifiedGroupKFold
+
+from empathic_fusion.datamodules.splits import group_folds, group_holdout
 
 PREVIOUS_TURNS = "previous_turns"
 
@@ -108,27 +109,17 @@ def labels(table: pd.DataFrame, spec: TextTableSpec) -> np.ndarray:
 
 
 def grouped_folds(table: pd.DataFrame, spec: TextTableSpec, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, test) row indices per fold; grouped when a group column is given, stratified by the
-    (rounded) first label where possible so every fold sees every level."""
-    n = len(table)
-    if n_folds < 2:
-        raise ValueError(f"n_folds must be >= 2, got {n_folds}")
+    """(train, test) row indices per fold from the project's one splitter
+    (empathic_fusion/datamodules/splits.py): grouped when a group column is given, stratified by the
+    (rounded) first label where possible so every fold sees every level; shuffled rows otherwise."""
+    if not spec.group_column:
+        return group_folds(len(table), n_folds, seed)
+    groups = table[spec.group_column].astype(str).to_numpy()
     strata = _strata(np.round(labels(table, spec)[:, 0]).astype(int), n_folds)
-    if spec.group_column:
-        groups = table[spec.group_column].astype(str).to_numpy()
-        unique = np.unique(groups)
-        if len(unique) < n_folds:
-            raise ValueError(f"{len(unique)} groups in {spec.group_column!r} cannot fill {n_folds} folds")
-        if len(np.unique(strata)) > 1 and len(np.unique(strata)) <= 20:
-            splitter = StratifiedGroupKFold(n_splits=n_folds, shuffle=True, random_state=seed)
-            return [(tr, te) for tr, te in splitter.split(np.zeros(n), strata, groups)]
-        # GroupKFold breaks ties between equal-sized groups by label order: relabel groups at random
-        relabel = dict(zip(unique, np.random.default_rng(seed).permutation(len(unique))))
-        codes = np.array([relabel[g] for g in groups])
-        return [(tr, te) for tr, te in GroupKFold(n_splits=n_folds).split(np.zeros(n), groups=codes)]
-    if n < n_folds:
-        raise ValueError(f"{n} rows cannot fill {n_folds} folds")
-    return [(tr, te) for tr, te in KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(np.zeros(n))]
+    try:
+        return group_folds(len(table), n_folds, seed, groups=groups, strata=strata)
+    except ValueError as error:  # name the column whose groups are too few
+        raise ValueError(f"{error} (group column {spec.group_column!r})") from None
 
 
 def _strata(levels: np.ndarray, n_folds: int) -> np.ndarray:
@@ -142,20 +133,15 @@ def _strata(levels: np.ndarray, n_folds: int) -> np.ndarray:
 
 def inner_validation_split(train_idx: np.ndarray, table: pd.DataFrame, spec: TextTableSpec, fraction: float,
                            seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Split a training fold into train / validation (grouped) for early stopping and checkpoints."""
+    """Split a training fold into train / validation (whole groups when a group column is given) for
+    early stopping and checkpoints: `fraction` of its groups (or rows), at least one."""
     if fraction <= 0:
         return train_idx, train_idx[:0]
-    rng = np.random.default_rng(seed)
-    if spec.group_column:
-        groups = table[spec.group_column].astype(str).to_numpy()[train_idx]
-        unique = np.unique(groups)
-        n_val = max(1, int(round(len(unique) * fraction)))
-        val_groups = set(rng.choice(unique, size=n_val, replace=False).tolist())
-        is_val = np.array([g in val_groups for g in groups])
-    else:
-        is_val = np.zeros(len(train_idx), dtype=bool)
-        is_val[rng.choice(len(train_idx), size=max(1, int(round(len(train_idx) * fraction))), replace=False)] = True
-    return train_idx[~is_val], train_idx[is_val]
+    groups = (table[spec.group_column].astype(str).to_numpy()[train_idx] if spec.group_column
+              else np.arange(len(train_idx)))
+    n_val = max(1, int(round(len(np.unique(groups)) * fraction)))
+    kept, held = group_holdout(groups, n_val, seed)
+    return train_idx[kept], train_idx[held]
 
 
 class PersonaEncoder:

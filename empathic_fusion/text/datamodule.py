@@ -80,8 +80,6 @@ class TextDataModule(L.LightningDataModule):
         self.fold: int | None = None
         self.folds: list | None = None
         self.embedder = None  # a frozen SentenceEncoder: batches then carry its cached embeddings
-        if cv_fold is not None and not 0 <= int(cv_fold) < self.n_folds:
-            raise ValueError(f"data.cv_fold={cv_fold} outside 0..{self.n_folds - 1} (data.cv_folds={self.n_folds})")
 
     @property
     def scenario(self) -> str:

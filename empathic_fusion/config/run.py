@@ -1,0 +1,155 @@
+"""The top-level keys of each entry point's config: conf/train.yaml, evaluate.yaml, extract.yaml, serve.yaml.
+
+Each YAML names its schema first in its defaults list (`defaults: [schema_train, _self_, ...]`). The config
+groups (data, model, trainer, ...) keep their own schemas; here they are only declared (`Any`), so the
+root admits them. A key a YAML or an override sets that is not here fails composition.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from omegaconf import II
+
+from empathic_fusion.config.checks import one_of, require
+
+SPLITS = ("test", "val")
+ACCELERATORS = ("cpu", "gpu", "auto")
+# the config groups a root config holds; each is checked by its own schema (validate.py)
+GROUP_KEYS = ("paths", "data", "features", "model", "modality", "trainer", "logger", "callbacks", "evaluation",
+              "judge")
+
+
+def _threads_rule(threads: Optional[int]) -> dict[str, tuple[bool, str]]:
+    return {"threads": (threads is None or threads >= 1, "null (the cores free now) or an integer >= 1")}
+
+
+@dataclass
+class GridConfig:
+    """A grid sweep over models x modalities (conf/experiment/es_*.yaml)."""
+
+    skip_incompatible: bool = False              # skip cells whose model needs a modality the cell lacks (skipped.json)
+
+
+@dataclass
+class TrainRunConfig:
+    """conf/train.yaml: train one model, then test its best checkpoint."""
+
+    task_name: str = "train"
+    seed: int = 42
+    train: bool = True
+    test: bool = True
+    ckpt_path: Optional[str] = None              # a checkpoint to continue from; null/last: the run folder's last.ckpt
+    optimized_metric: str = "val/loss"           # what train.py returns to a sweeper: a validation metric, never test
+    tags: List[str] = field(default_factory=list)  # run tags for the loggers (experiments set them)
+    grid: GridConfig = field(default_factory=GridConfig)
+    threads: Optional[int] = None                # torch's CPU threads; null = the cores this process may use that are
+    #                                              not busy now (OMP_NUM_THREADS wins when set)
+    verbose: bool = False                        # true: show third-party log output (MediaPipe/TFLite C++ lines,
+    #                                              Lightning's banners and tips)
+    paths: Any = None
+    data: Any = None
+    features: Any = None
+    model: Any = None
+    modality: Any = None
+    trainer: Any = None
+    logger: Any = None
+    callbacks: Any = None
+    evaluation: Any = None
+
+    def __post_init__(self) -> None:
+        require("", self, {
+            "optimized_metric": (self.optimized_metric.startswith("val/"),
+                                 "a validation metric (val/...); a sweeper never optimizes on test"),
+            **_threads_rule(self.threads)})
+
+
+@dataclass
+class SweepTablesConfig:
+    """Paper-style tables evaluate.py writes from a sweep directory."""
+
+    metrics: List[str] = field(default_factory=lambda: ["pearson", "spearman", "accuracy", "f1", "mse"])  # + mae, ccc
+    scale: float = 100                           # x100 as in the paper
+    decimals: int = 1
+    plots: bool = True                           # modality-ablation bar charts
+
+    def __post_init__(self) -> None:
+        require("tables", self, {
+            "metrics": (bool(self.metrics), "one or more metric names (empathic_fusion/metrics.py)"),
+            "decimals": (self.decimals >= 0, "an integer >= 0")})
+
+
+@dataclass
+class EvaluateRunConfig:
+    """conf/evaluate.yaml: one checkpoint, one sweep directory or an LLM judge (exactly one of the three)."""
+
+    task_name: str = "evaluate"
+    ckpt_path: Optional[str] = None              # one checkpoint (fusion or text) ...
+    sweep_dir: Optional[str] = None              # ... or one sweep directory
+    out_dir: Optional[str] = None                # where sweep tables go (null = this run's output folder)
+    split: str = "test"                          # test | val
+    test_csv: Optional[str] = None               # text checkpoint: score every row of this table (same columns)
+    tables: SweepTablesConfig = field(default_factory=SweepTablesConfig)
+    threads: Optional[int] = None                # as in train.yaml
+    verbose: bool = False
+    paths: Any = None
+    data: Any = field(default_factory=dict)      # overrides of the checkpoint's data settings (data.<key>=...)
+    features: Any = field(default_factory=dict)  # overrides of its feature settings
+    logger: Any = None
+    trainer: Any = None
+    evaluation: Any = None
+    judge: Any = None                            # judge=llm_judge: score an LLM judge (conf/judge)
+
+    def __post_init__(self) -> None:
+        require("", self, {"split": (self.split in SPLITS, one_of(SPLITS)), **_threads_rule(self.threads)})
+
+
+@dataclass
+class ExtractRunConfig:
+    """conf/extract.yaml: fill the feature store without training."""
+
+    task_name: str = "extract"
+    seed: int = 42                               # only for the data config's interpolation; extraction is deterministic
+    shard: Optional[str] = None                  # "i/n": sessions i, i+n, i+2n, ... in session-id order (0-based)
+    workers: int = II("data.extract_workers")    # worker processes for the video and audio branches
+    branches: Optional[List[str]] = None         # e.g. [cnn] fills only these; null = the selected modalities' branches
+    progress: bool = True
+    verify: bool = False                         # true: also re-hash every stored array and look for NaN/Inf (reads
+    #                                              the whole store); damaged branches are redone
+    threads: Optional[int] = None                # as in train.yaml
+    verbose: bool = False
+    paths: Any = None
+    data: Any = None
+    features: Any = None
+    modality: Any = None
+
+    def __post_init__(self) -> None:
+        require("", self, {"workers": (self.workers >= 1, "an integer >= 1"), **_threads_rule(self.threads)})
+
+
+@dataclass
+class ServeRunConfig:
+    """conf/serve.yaml: the Gradio app, a Text tab for a text model and a Clip tab for a fusion model."""
+
+    task_name: str = "serve"
+    ckpt_path: Optional[str] = None              # fusion checkpoint or run folder: the Clip tab
+    text_ckpt_path: Optional[str] = None         # text checkpoint or run folder: the Text tab
+    host: str = "127.0.0.1"                      # local only; no share link is ever made
+    port: int = 7860
+    max_upload_mb: int = 2048                    # uploads stream to disk and are refused past this size
+    accelerator: str = "cpu"                     # where trainer.predict runs the models: cpu | gpu | auto
+    flag_csv: str = "${paths.log_dir}/serve/flagged.csv"  # Flag appends text, persona inputs and scores here
+    threads: Optional[int] = None                # as in train.yaml
+    verbose: bool = False
+    paths: Any = None
+
+    def __post_init__(self) -> None:
+        require("", self, {
+            "port": (0 < self.port < 65536, "a port number in 1..65535"),
+            "max_upload_mb": (self.max_upload_mb >= 1, "an integer >= 1"),
+            "accelerator": (self.accelerator in ACCELERATORS, one_of(ACCELERATORS)),
+            **_threads_rule(self.threads)})
+
+
+RUN_SCHEMAS = {"train": TrainRunConfig, "evaluate": EvaluateRunConfig, "extract": ExtractRunConfig,
+               "serve": ServeRunConfig}
