@@ -2,12 +2,13 @@
 #   make train   # venv + install, then train on the demo data (generated on first use)
 #   make test    # venv + install, then the test suite
 #   make test-fast  # the suite without the slow, browser and GPU tests (under 2 minutes on 2 cores)
+#   make results    # every file in docs/results/ again, from its benchmark (hours: see the target)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test test-fast serve clean-data
+.PHONY: install train test test-fast results serve clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,32 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not browser and not gpu" $(ARGS)
+
+# Every file in docs/results/, made again by running each benchmark in turn with the command the file
+# records. It runs them all, one after another, and takes hours on a 2-core CPU (the reduced fine-tune
+# recipe on EmpatheticExchanges alone is most of an hour, the demo over seeds and kernels about half of
+# one). It reads ../shared: the video (extract), MMSA's code (models_vs_mmsa) and EmpatheticExchanges;
+# the mpnet run needs the encoder unpacked in $(MPNET_DIR) (docs/text_models.md says how).
+# Benchmarks that time wait for a quiet machine and refuse a busy one; RESULTS_ARGS=--allow-busy times
+# anyway, and each file then says its timings were taken on a busy machine.
+MPNET_DIR ?= data/models/all-mpnet-base-v2
+RESULTS_ARGS ?=
+results: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/demo_runs.py $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/fault_injection.py $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/train_throughput.py --device cpu --batch-size 16 --steps 3 --warmup 1 $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/models_vs_mmsa.py --threads 1 --batch-size 16 --steps 4 --warmup 1 $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --steps 4 --warmup 1 --loader-batches 10 --reference-batches 4 $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/extract.py --frames 300 $(RESULTS_ARGS)
+	$(PY) benchmarks/busy_machine.py --participants 10 --epochs 5 --timeout 600
+	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py $(RESULTS_ARGS)
+	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py model.net.encoder.pool_layers=2 \
+	  --out docs/results/empathetic_exchanges_pool_layers_2.md $(RESULTS_ARGS)
+	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py model.net.encoder.model_path=$(MPNET_DIR) \
+	  --out docs/results/empathetic_exchanges_mpnet.md $(RESULTS_ARGS)
+	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py --finetune --finetune-overrides \
+	  'model.net.experts.2.trainable_layers=2 model.net.experts.2.epochs=1 model.net.experts.2.inner_folds=3 model.net.experts.2.fields=[listener_utterance,speaker_utterance]' \
+	  $(RESULTS_ARGS)
 
 clean-data:
 	rm -rf data/demo data/features

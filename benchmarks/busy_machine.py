@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results import add_output_arguments, write_results  # noqa: E402
+from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 
 
 def _spin() -> None:
@@ -72,6 +72,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900, help="seconds after which a run is stopped")
     add_output_arguments(parser, "busy_machine")
     args = parser.parse_args()
+    quiet_machine_guard(args, Measures.LOAD)
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     old_threads = torch_default_threads(env)

@@ -40,7 +40,7 @@ from omegaconf import open_dict  # noqa: E402
 from empathic_fusion.utils import CONFIG_DIR  # noqa: E402  (also registers the project_root resolver)
 from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
 from empathic_fusion.pipeline import train  # noqa: E402
-from results import RESULTS_DIR, add_output_arguments, write_results  # noqa: E402
+from results import RESULTS_DIR, Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 
 
 DEFAULT = "experiment=text_empathetic_exchanges"
@@ -61,6 +61,7 @@ def main(argv: list[str]) -> int:
                         help="folds trained at once, one process each (seconds per fold then overlap)")
     add_output_arguments(parser, "empathetic_exchanges")
     args = parser.parse_args(argv)
+    quiet_machine_guard(args, Measures.ACCURACY)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     experiment = next((o for o in args.overrides if o.startswith("experiment=")), DEFAULT)
     if experiment == FINETUNE:

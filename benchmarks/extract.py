@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from results import add_output_arguments, write_results  # noqa: E402
+from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 
 DEFAULT_VIDEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "media" / "WolfgangLanger_Pexels.mp4"
 _EMBEDDER = None
@@ -95,7 +95,7 @@ _ENCODER = None
 def _text_encoder():
     global _ENCODER
     if _ENCODER is None:
-        from empathic_fusion.text.encoder import SentenceEncoder
+        from empathic_fusion.core.sentence_encoder import SentenceEncoder
 
         _ENCODER = SentenceEncoder(device="cuda" if _cuda() else "cpu")
     return _ENCODER
@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--stages", default="decode,face,cnn,video_path,face_audio_text")
     add_output_arguments(parser, "extract")
     args = parser.parse_args()
+    quiet_machine_guard(args, Measures.TIME)
     if not args.video.exists():
         raise SystemExit(f"{args.video} does not exist: pass --video (any video OpenCV reads)")
     import torch

@@ -32,7 +32,7 @@ from empathic_fusion.dataset import load_dataset  # noqa: E402
 from empathic_fusion.demo.generate import DemoConfig, generate_demo  # noqa: E402
 from empathic_fusion.features.extract import extract_features  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError  # noqa: E402
-from results import add_output_arguments, write_results  # noqa: E402
+from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 
 FEATURES = {"text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"}}
 MODALITIES = ["video", "audio", "text"]
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     add_output_arguments(parser, "fault_injection")
     args = parser.parse_args()
+    quiet_machine_guard(args, Measures.ACCURACY)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="fault_injection_"))
     config = DemoConfig(n_participants=args.participants, sessions_per_participant=1, warm_up_s=1.0, story_share_s=8.0,
                         story_receive_s=1.0, reflection_s=4.0, cool_down_s=1.0, seed=3)

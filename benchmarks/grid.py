@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import add_output_arguments, write_results  # noqa: E402
+from benchmarks.results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 from benchmarks.train_throughput import MODELS, StepTimer, fusion_module  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results as JSON here")
     add_output_arguments(parser, "grid")
     args = parser.parse_args(argv)
+    quiet_machine_guard(args, Measures.TIME)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no GPU")
     args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results import add_output_arguments, write_results  # noqa: E402
+from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 from train_throughput import SyntheticBatches, fusion_module  # noqa: E402
 
 MMSA_DIR = ROOT.parent / "shared" / "anchors" / "mmsa"
@@ -127,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
+    quiet_machine_guard(args, Measures.TIME)
     if args.threads:
         torch.set_num_threads(args.threads)
     dims = {"video": 2762, "audio": 65, "text": 384, "story": 384, "traits": 6}

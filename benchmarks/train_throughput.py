@@ -36,7 +36,7 @@ from empathic_fusion.models.base import build_module  # noqa: E402
 from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
 from empathic_fusion.pipeline import run_config  # noqa: E402
 from empathic_fusion.utils.compose import compose_config  # noqa: E402
-from results import add_output_arguments, write_results  # noqa: E402
+from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 
 MODELS = ("lf_lstm", "ef_lstm", "tfn", "amer")
 MODALITIES = ("video", "audio", "text")
@@ -191,6 +191,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    quiet_machine_guard(args, Measures.TIME)
     dims = {k: int(v) for k, v in (item.split("=") for item in args.dims.split(","))}
     rows = [measure(name, args, dims) for name in args.models.split(",")]
     grid = project(rows, args)

@@ -1,9 +1,11 @@
 """The benchmarks write their results into docs/results/ themselves, with where and how they were measured."""
 from __future__ import annotations
 
-import json
+import argparse
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,25 +14,130 @@ from empathic_fusion.utils import PROJECT_ROOT
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 
-import before_after  # noqa: E402
 import results  # noqa: E402
 import train_throughput  # noqa: E402
 
-TINY = ["--steps", "2", "--warmup", "1", "--batch-size", "4", "--frames", "8", "--models", "tfn"]
+TINY = ["--allow-busy", "--steps", "2", "--warmup", "1", "--batch-size", "4", "--frames", "8", "--models", "tfn"]
 
 
-def test_results_file_names_machine_commit_date_and_command(tmp_path, monkeypatch):
+def test_results_file_names_machine_commit_date_load_and_command(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(PROJECT_ROOT / "benchmarks" / "x.py"), "--steps", "3", "a b"])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     out = tmp_path / "x.md"
     written = results.write_results(type("Args", (), {"out": out, "no_write": False})(), "Title", "| a |\n|---|\n| 1 |")
     text = out.read_text()
     assert written == out and text.startswith("# Title\n")
     assert re.search(r"^- machine: .+\d+ of \d+ cores usable", text, re.M)
+    import torch
+
+    assert f"CPU kernels: {torch.backends.cpu.get_cpu_capability()}" in text
+    assert "ATEN_CPU_CAPABILITY unset, ONEDNN_MAX_CPU_ISA=AVX2, OMP_NUM_THREADS=1" in text
     assert re.search(r"^- commit: ([0-9a-f]{40}(-dirty)?|unknown)$", text, re.M)
     assert re.search(r"^- date: \d{4}-\d\d-\d\d \d\d:\d\d UTC$", text, re.M)
-    assert "- command: `OMP_NUM_THREADS=1 python benchmarks/x.py --steps 3 'a b'`" in text
+    assert re.search(r"^- load: [\d.]+ / [\d.]+ / [\d.]+ when written", text, re.M)
+    assert "- command: `ONEDNN_MAX_CPU_ISA=AVX2 OMP_NUM_THREADS=1 python benchmarks/x.py --steps 3 'a b'`" in text
     assert text.rstrip().endswith("| 1 |")
+
+
+def test_paths_of_the_writing_machine_become_relative(tmp_path):
+    root, tmp = str(PROJECT_ROOT), tempfile.gettempdir()
+    text = (f"run {root}/logs/x and {root} and {tmp}/bench-1/out.md and {PROJECT_ROOT.parent}/shared/video.mp4 "
+            f"and {Path.home()}/cache/m")
+    assert results.portable(text) == "run logs/x and . and <tmp>/bench-1/out.md and ../shared/video.mp4 and ~/cache/m"
+    assert results.portable(f"{tmp}x/y") == f"{tmp}x/y"  # only whole folder names
+
+
+def _args(**values):
+    return argparse.Namespace(**{"allow_busy": False, "quiet_wait": 0.0, **values})
+
+
+def _load(monkeypatch, one_minute: float) -> None:
+    monkeypatch.setattr(results, "load_average", lambda: (one_minute, 1.0, 1.0))
+    monkeypatch.setattr(results, "usable_cores", lambda: 2)
+
+
+def test_a_timing_benchmark_refuses_a_busy_machine_unless_allowed_and_then_says_so(tmp_path, monkeypatch):
+    _load(monkeypatch, 1.5)  # 0.75 per core on 2 cores: busy
+    with pytest.raises(SystemExit, match="refusing to time on a busy machine: 1-minute load 1.50 >= 1.50"):
+        results.quiet_machine_guard(_args(), results.Measures.TIME)
+    args = _args(allow_busy=True, out=tmp_path / "t.md")
+    assert results.quiet_machine_guard(args, results.Measures.TIME).busy
+    results.write_results(args, "T", "body")
+    text = (tmp_path / "t.md").read_text()
+    assert "**BUSY MACHINE: the timings in this file were taken on a busy machine**" in text
+    assert "1.50 / 1.00 / 1.00 at the start" in text and "busy at 1.50 or above" in text
+
+
+def test_a_quiet_machine_is_timed_and_recorded_as_quiet(tmp_path, monkeypatch):
+    _load(monkeypatch, 1.4)
+    args = _args(out=tmp_path / "q.md")
+    assert not results.quiet_machine_guard(args, results.Measures.TIME).busy
+    results.write_results(args, "Q", "body")
+    text = (tmp_path / "q.md").read_text()
+    assert "quiet: below 1.50 at the start" in text and "BUSY" not in text and "> **" not in text
+
+
+def test_accuracy_benchmarks_only_warn_and_load_benchmarks_say_load_is_the_point(tmp_path, monkeypatch, capsys):
+    _load(monkeypatch, 9.0)
+    accuracy = _args(out=tmp_path / "a.md")
+    assert results.quiet_machine_guard(accuracy, results.Measures.ACCURACY).busy
+    assert "warning: busy machine" in capsys.readouterr().err
+    results.write_results(accuracy, "A", "body")
+    assert "> **Busy machine** (1-minute load 9.00 on 2 cores" in (tmp_path / "a.md").read_text()
+    load = _args(out=tmp_path / "l.md")
+    results.quiet_machine_guard(load, results.Measures.LOAD)
+    results.write_results(load, "L", "body")
+    assert "exempt from the quiet-machine refusal" in (tmp_path / "l.md").read_text()
+
+
+def test_every_benchmark_that_writes_results_checks_the_load_first():
+    for script in sorted((PROJECT_ROOT / "benchmarks").glob("*.py")):
+        text = script.read_text()
+        if "write_results(" in text and script.name != "results.py":
+            assert "quiet_machine_guard(args, Measures." in text, script.name
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~<>-])/(tmp|work|home|root|Users|private|var/folders)/")
+
+
+def test_no_file_in_the_docs_names_an_absolute_path_of_the_machine_that_wrote_it():
+    found = [f"{path.relative_to(PROJECT_ROOT)}:{number}: {line.strip()[:120]}"
+             for path in sorted((PROJECT_ROOT / "docs").rglob("*.md")) + [PROJECT_ROOT / "README.md"]
+             for number, line in enumerate(path.read_text().splitlines(), 1) if ABSOLUTE_PATH.search(line)]
+    assert not found, "\n".join(found)
+
+
+RESULTS_FILES = sorted((PROJECT_ROOT / "docs" / "results").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", RESULTS_FILES, ids=[p.name for p in RESULTS_FILES])
+def test_every_results_file_records_commit_date_machine_load_and_command(path):
+    head = path.read_text().split("\n\n", 2)[1]
+    fields = dict(line[2:].split(": ", 1) for line in head.splitlines() if line.startswith("- "))
+    assert {"machine", "commit", "date", "load", "command"} <= set(fields), sorted(fields)
+    assert re.search(r"CPU kernels: [A-Z0-9_]+ \(torch", fields["machine"]), fields["machine"]
+    commit = fields["commit"].removesuffix("-dirty")
+    assert re.fullmatch(r"[0-9a-f]{40}", commit)
+    known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=PROJECT_ROOT, capture_output=True)
+    assert known.returncode == 0, f"{path.name} cites commit {commit}, which is not in the history"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", fields["date"])
+    assert re.match(r"[\d.]+ / [\d.]+ / [\d.]+ ", fields["load"])
+    assert fields["command"].startswith("`") and "python benchmarks/" in fields["command"]
+
+
+def test_make_results_remakes_every_results_file_with_the_benchmark_it_records():
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nresults:"):].split("\n\n", 1)[0].replace("\\\n", " ")
+    commands = [line.strip() for line in recipe.splitlines()[1:]]
+    for path in RESULTS_FILES:
+        script = re.search(r"python (benchmarks/\w+\.py)", path.read_text()).group(1)
+        makes_it = [c for c in commands if script in c and (f"--out docs/results/{path.name}" in c or (
+            "--out" not in c and f"add_output_arguments(parser, \"{path.stem}\")" in (PROJECT_ROOT / script).read_text()))]
+        if script.endswith("empathetic_exchanges.py") and "--finetune" in path.read_text().split("\n- command:")[1][:200]:
+            makes_it = [c for c in commands if script in c and "--finetune" in c]
+        assert makes_it, f"make results does not remake {path.name} ({script})"
 
 
 def test_no_write_writes_nothing(tmp_path):
@@ -54,41 +161,6 @@ def test_train_throughput_on_the_gpu_in_bf16(tmp_path):
     (row,) = result["models"]
     assert row["precision"] == "bf16-mixed" and row["peak_gpu_memory_gib"] > 0 and row["train_samples_per_s"] > 0
     assert "GPU: " in (tmp_path / "gpu.md").read_text()
-
-
-def _report(path: Path, r: float, extra_row: bool = False) -> None:
-    metrics = {"pearson": r, "mse": 0.2}
-    report = {"model": {"window": metrics, "rating": {**metrics, "pearson": r + 0.1}},
-              "constant_baseline": {"rating": {"pearson": 0.0, "mse": 0.3}}, "ci": {"ignored": 1.0}}
-    if extra_row:
-        report["baselines"] = {"TF-IDF + ridge": {"rating": {"pearson": 0.05}}}
-    path.mkdir(parents=True)
-    (path / "test_metrics.json").write_text(json.dumps(report))
-
-
-def test_before_after_shows_every_value_and_the_largest_difference(tmp_path):
-    _report(tmp_path / "old" / "0", 0.5)
-    _report(tmp_path / "old" / "1", 0.4)
-    _report(tmp_path / "new" / "0", 0.5)
-    _report(tmp_path / "new" / "1", 0.45, extra_row=True)
-    section, largest = before_after.compare("folds", tmp_path / "old", tmp_path / "new")
-    assert largest == pytest.approx(0.05)
-    assert "| model/rating | 0.6000 / 0.6000 | 0.2000 / 0.2000 | 0 |" in section
-    assert "| model/window | 0.4000 / 0.4500 | 0.2000 / 0.2000 | 0.05 |" in section
-    assert "| baselines/TF-IDF + ridge/rating | - / 0.0500 | - / - | - |" in section
-    assert "ignored" not in section  # confidence intervals are not metric rows
-
-
-def test_before_after_equal_runs_differ_by_zero(tmp_path):
-    _report(tmp_path / "a", 0.3)
-    _report(tmp_path / "b", 0.3)
-    for side, shift in (("a", 0.0), ("b", 0.25)):
-        (tmp_path / side / "test_predictions.csv").write_text(f"rating_index,predicted\n0,{2.5 + shift}\n1,3.5\n")
-    out = tmp_path / "before_after.md"
-    before_after.main(["--pair", "demo", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(out)])
-    text = out.read_text()
-    assert "| demo | 0 |" in text
-    assert "test_predictions.csv: 2 rows on both sides; largest absolute difference of a prediction: 0.25" in text
 
 
 def test_empathetic_exchanges_summary_puts_both_recipes_beside_the_baselines_and_counts_folds_won():
