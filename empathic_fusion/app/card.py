@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from empathic_fusion.dataset.scale import SELF_REPORT
-from empathic_fusion.models.base import HEADER_KEY
+from empathic_fusion.models.checkpoints import checkpoint_header
 
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
 BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
@@ -156,7 +156,7 @@ def _metrics(values: dict[str, Any], ci: dict[str, Any] | None, mse_factor: floa
 def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
     """Card of a fusion checkpoint. Its test report gives MSE on the cosine scale (rating - 3) / 2; the
     card shows it on the rating scale (x 4)."""
-    header = checkpoint.get(HEADER_KEY) or {}
+    header = checkpoint_header(checkpoint, ckpt_path)
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     data = dict(header.get("data") or hparams.get("data_info") or {})
@@ -177,7 +177,7 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
 
 def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
     """Card of a text checkpoint: per label (and the overall mean) its test r, CI when recorded, MSE."""
-    header = checkpoint.get(HEADER_KEY) or {}
+    header = checkpoint_header(checkpoint, ckpt_path)
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     run = run_folder(ckpt_path)

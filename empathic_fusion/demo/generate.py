@@ -29,10 +29,11 @@ import yaml
 from tqdm import tqdm
 
 from empathic_fusion.config.demo import MIN_UTTERANCE_S, DemoConfig  # noqa: F401  (MIN_UTTERANCE_S re-exported)
+from empathic_fusion.core.files import respect_umask
+from empathic_fusion.dataset.scale import TRAIT_SCALE
 from empathic_fusion.demo import text as bank
 from empathic_fusion.demo.face import write_face_video
 from empathic_fusion.demo.speech import SAMPLE_RATE, Voice, synthesize_track, write_wav
-from empathic_fusion.core.files import respect_umask
 
 GENERATOR_VERSION = 1
 CUT_POINTS = (-1.5, -0.7, 0.1, 0.9)  # in units of sd(e): about 7/17/30/28/18 % of ratings 1..5
@@ -154,7 +155,7 @@ def plan_demo(cfg: DemoConfig) -> tuple[dict[str, pd.DataFrame], dict[str, pd.Da
     transcripts: dict[str, pd.DataFrame] = {}
     for p in range(cfg.n_participants):
         pid = f"p{p + 1:03d}"
-        trait = float(np.clip(np.round(rng.normal(3.4, 0.9)), 1, 5))
+        trait = float(np.clip(np.round(rng.normal(3.4, 0.9)), TRAIT_SCALE.low, TRAIT_SCALE.high))
         big5 = np.round(rng.uniform(1.5, 4.8, size=5) * 4) / 4
         participants.append({"participant_id": pid, **dict(zip(
             ["big5_openness", "big5_conscientiousness", "big5_extraversion", "big5_agreeableness", "big5_neuroticism"],

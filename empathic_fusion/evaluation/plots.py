@@ -23,6 +23,7 @@ from empathic_fusion.metrics import PAPER_SYMBOLS  # noqa: E402
 
 log = logging.getLogger(__name__)
 RATING_RANGE = (SELF_REPORT.low, SELF_REPORT.high)
+AXIS = (SELF_REPORT.low - 0.5, SELF_REPORT.high + 0.5)  # room for the jitter around the end ratings
 
 
 def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Predicted vs self-rated empathy") -> Figure:
@@ -32,7 +33,7 @@ def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Pr
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.scatter(rated + jitter, predicted, s=18, alpha=0.6, label=f"ratings (n = {len(rated)})")
     ax.plot(RATING_RANGE, RATING_RANGE, "k--", lw=1, label="identity (perfect prediction)")
-    ax.set(xlim=(0.5, 5.5), ylim=(0.5, 5.5), xlabel="self-rated empathy", ylabel="predicted empathy", title=title)
+    ax.set(xlim=AXIS, ylim=AXIS, xlabel="self-rated empathy", ylabel="predicted empathy", title=title)
     ax.set_aspect("equal")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -49,7 +50,7 @@ def rating_distributions(first: np.ndarray, second: np.ndarray, labels: tuple[st
         ax.hist(values, bins=bins, alpha=0.5, color=color, density=True,
                 label=f"{label} (mean {values.mean():.2f}, std {values.std(ddof=1) if len(values) > 1 else 0:.2f})")
         ax.axvline(values.mean(), color=color, ls="--", lw=1)
-    ax.set(xlabel="empathy (1-5)", ylabel="density", title=title, xlim=(0.5, 5.5))
+    ax.set(xlabel=f"empathy ({SELF_REPORT})", ylabel="density", title=title, xlim=AXIS)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -89,7 +90,7 @@ def empathy_timeline(curves: dict[str, tuple[np.ndarray, np.ndarray]], rated: di
         ax.plot(x, y, "o-" if len(x) < 40 else "-", ms=3, color=color, label=f"{label}: predicted")
         if rated and np.isfinite(rated.get(label, np.nan)):
             ax.axhline(rated[label], color=color, ls="--", lw=1, label=f"{label}: self-rated {rated[label]:g}")
-    ax.set(ylim=(0.8, 5.2), ylabel="empathy (1-5)", title=title)
+    ax.set(ylim=(SELF_REPORT.low - 0.2, SELF_REPORT.high + 0.2), ylabel=f"empathy ({SELF_REPORT})", title=title)
     ax.legend(fontsize=7, loc="upper right")
     for row, (name, mask) in enumerate(masks.items(), start=1):
         strip = axes[row, 0]

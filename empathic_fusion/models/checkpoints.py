@@ -1,7 +1,7 @@
 """The one checkpoint loader: evaluate, the web app and the scorers find, read and rebuild checkpoints here.
 
-Which checkpoint: a checkpoint file as given, or a run folder's best checkpoint. A run folder (`<run>/` or `<run>/checkpoints/`) holds the monitored ModelCheckpoint's best
-(`epoch_NNN.ckpt`, what the run tested) and `last.ckpt` (the latest epoch, to resume from), which
+Which checkpoint: a checkpoint file as given, or a run folder's best checkpoint. A run folder
+(`<run>/` or `<run>/checkpoints/`) holds the monitored ModelCheckpoint's best (`epoch_NNN.ckpt`, what the run tested) and `last.ckpt` (the latest epoch, to resume from), which
 may be worse. The best is read from the monitored checkpoint callback's state that Lightning saves in
 every checkpoint (`best_model_path`, newest checkpoint first); when that file has moved with the
 folder it is found by name, and when it is gone the best surviving entry of the callback's
@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
-# the fusion nets register their names on import (text parts register with empathic_fusion.text.model)
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, registered_name
+
+# the fusion module and nets register their names on import (the text ones with empathic_fusion.text)
 from empathic_fusion.models import amer, ef_lstm, empathy_module, lf_lstm, mean_baseline, story_similarity, tfn  # noqa: F401
 from empathic_fusion.models.base import HEADER_FORMAT, HEADER_KEY, EmpathyLightningModule
 
@@ -132,14 +133,14 @@ def read_header(path: str | Path) -> dict[str, Any]:
 
 def load_module(path: str | Path, kind: str | None = None) -> EmpathyLightningModule:
     """A checkpoint (a file, or a run folder's best) rebuilt as the module its header names, on the CPU.
-    `kind` ('fusion' or 'text'): refuse any other kind, with a message that says where it goes."""
+    `kind` ('fusion' or 'text'): a checkpoint of another kind raises WrongKindError before anything is built."""
     path = resolve_checkpoint(path)
     checkpoint = read_checkpoint(path)
     header = checkpoint_header(checkpoint, path)
     try:
         cls = model_class(header["module"])
     except KeyError as error:
-        raise ValueError(f"{path}: {error.args[0]} (a text checkpoint needs empathic_fusion.text.model imported)") from None
+        raise ValueError(f"{path}: {error.args[0]} (text checkpoints load once empathic_fusion.text is imported)") from None
     if not (isinstance(cls, type) and issubclass(cls, EmpathyLightningModule)):
         raise ValueError(f"{path}: header module {header['module']} is not an EmpathyLightningModule")
     if kind is not None and cls.registered_name != kind:

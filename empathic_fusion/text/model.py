@@ -34,6 +34,7 @@ from torch import nn
 
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
+from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
@@ -353,7 +354,8 @@ class TextEmpathyModule(EmpathyLightningModule):
         main, per_output = rows["main"], rows["per_output"]
         baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
         frame = rows["predictions"]
-        plots = self.levels is not None and 1 <= self.levels[0] and self.levels[1] <= 5  # the plots' 1-5 axes
+        # the plots' axes are the self-report scale
+        plots = self.levels is not None and all(SELF_REPORT.contains(level) for level in self.levels)
         ci = group_report(frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
                           threshold_rating, out_dir, {**config, "plots": config["plots"] and plots}, loggers)
         summary = {"model": {"rating": per_output[main][self.title]}, "baselines": baseline_results,
