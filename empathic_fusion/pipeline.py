@@ -114,7 +114,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     """Evaluate one checkpoint (`ckpt_path`) on the data it was trained on, or a sweep directory
     (`sweep_dir`) into paper tables; data.* overrides apply to a checkpoint's data."""
     validate(cfg)
-    judge = "judge" in cfg  # the optional config group judge=llm_judge
+    judge = cfg.judge is not None  # the optional config group judge=llm_judge
     if bool(cfg.ckpt_path) + bool(cfg.sweep_dir) + judge != 1:
         raise ValueError("give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
                          "judge=llm_judge (with +data=<text data>)")
