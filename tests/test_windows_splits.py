@@ -1,6 +1,8 @@
 """Window indexing, participant splits and oversampling."""
 from __future__ import annotations
 
+import json
+import logging
 import re
 
 import numpy as np
@@ -9,8 +11,8 @@ import pytest
 
 from empathic_fusion.datamodules.sampler import RatingOversampler, oversampled_indices
 from empathic_fusion.config import ConfigError, FusionDataConfig, typed
-from empathic_fusion.datamodules.splits import (group_folds, group_holdout, load_or_create_split, participant_folds,
-                                                split_participants)
+from empathic_fusion.datamodules.splits import (SPLITTER, group_folds, group_holdout, load_or_create_split,
+                                                participant_folds, split_participants)
 from empathic_fusion.datamodules.windows import build_windows, phase_span, window_starts
 
 
@@ -83,11 +85,23 @@ def test_split_is_participant_level_seeded_and_persisted(tmp_path):
 def test_a_persisted_split_is_reused_while_its_participants_and_settings_hold(tmp_path):
     ids = [f"p{i:02d}" for i in range(10)]
     path = tmp_path / "split.json"
-    path.write_text('{"seed": 0, "fractions": [0.7, 0.2, 0.1], "hash": "h", '
-                    '"assignment": {' + ", ".join(f'"{p}": "train"' for p in ids) + "}}")
+    path.write_text(json.dumps({"seed": 0, "fractions": [0.7, 0.2, 0.1], "hash": "h", "splitter": SPLITTER,
+                                "assignment": {p: "train" for p in ids}}))
     assert load_or_create_split(path, ids, (0.7, 0.2, 0.1), 0) == ({p: "train" for p in ids}, "h")
     fresh, fresh_hash = load_or_create_split(path, ids + ["p99"], (0.7, 0.2, 0.1), 0)  # another participant
     assert fresh_hash != "h" and sorted(fresh) == sorted(ids + ["p99"]) and "test" in fresh.values()
+
+
+def test_a_split_persisted_by_another_splitter_is_redrawn_like_a_fresh_one(tmp_path, caplog):
+    ids = [f"p{i:02d}" for i in range(10)]
+    path = tmp_path / "split.json"  # as the hand-written splitter wrote it: no "splitter" key
+    path.write_text(json.dumps({"seed": 0, "fractions": [0.7, 0.2, 0.1], "hash": "h",
+                                "assignment": {p: "train" for p in ids}}))
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.datamodules.splits"):
+        redrawn, redrawn_hash = load_or_create_split(path, ids, (0.7, 0.2, 0.1), 0)
+    assert "another splitter" in caplog.text
+    assert redrawn == split_participants(ids, (0.7, 0.2, 0.1), 0) and redrawn_hash != "h"
+    assert json.loads(path.read_text())["splitter"] == SPLITTER
 
 
 def test_group_folds_keep_groups_whole_balance_sizes_and_follow_the_seed():

@@ -19,6 +19,9 @@ from empathic_fusion.core.files import atomic_write_text, canonical_hash
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "val", "test")
+# which code draws the splits: a persisted split made by another splitter is redrawn (the same seed would
+# give other participants), so a store that outlived an upgrade splits like a fresh one
+SPLITTER = "sklearn-group-shuffle-1"
 MAX_STRATA = 20  # more distinct levels than this (a continuous label): grouped folds without stratification
 
 Folds = list[tuple[np.ndarray, np.ndarray]]
@@ -85,12 +88,13 @@ def load_or_create_split(path: Path, participant_ids: list[str], fractions: tupl
     if path.exists():
         saved = json.loads(path.read_text())
         if sorted(saved["assignment"]) == sorted(participant_ids) and tuple(saved["fractions"]) == fractions \
-                and saved["seed"] == seed:
+                and saved["seed"] == seed and saved.get("splitter") == SPLITTER:
             return saved["assignment"], saved["hash"]
-        log.warning("split file %s covers other participants or settings; writing a new split", path)
+        log.warning("split file %s covers other participants or settings, or another splitter made it; writing a "
+                    "new split", path)
     assignment = split_participants(participant_ids, fractions, seed)
     split_hash = canonical_hash(assignment)
-    atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash,
+    atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash, "splitter": SPLITTER,
                                          "assignment": assignment}, indent=1, sort_keys=True))
     return assignment, split_hash
 
