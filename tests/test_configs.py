@@ -5,8 +5,11 @@ from pathlib import Path
 
 import hydra
 import pytest
+from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import OmegaConf
 
+from empathic_fusion.config import (EvaluateRunConfig, ExtractRunConfig, FusionModelConfig, ServeRunConfig,
+                                    TextModelConfig, TrainRunConfig, validate)
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.pipeline import build_datamodule, build_model
 from empathic_fusion.utils import CONFIG_DIR
@@ -56,6 +59,7 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     dm = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True), OmegaConf.to_container(cfg.features, resolve=True),
                           list(cfg.modality.names))
     assert isinstance(dm, TextDataModule) and dm.spec.text_columns and dm.spec.label_columns and dm.n_folds == 5
+    assert OmegaConf.get_type(cfg.model) is TextModelConfig and OmegaConf.get_type(cfg) is TrainRunConfig
     model = OmegaConf.to_container(cfg.model, resolve=True)
     assert model["optimizer"]["_partial_"] and model["optimizer"]["_target_"] == "torch.optim.AdamW"
     info = {"fields": dm.spec.fields, "labels": dm.spec.label_columns, "persona": PersonaEncoder([]).state(),
@@ -102,6 +106,7 @@ def test_train_config_composes_and_instantiates(override, tmp_path):
         return _check_text_config(override, tmp_path)
     extra = ["data.dataset_dir=/some/dataset"] if override == "data=empathic_stories" else []
     cfg = _compose("train", [override] + extra, tmp_path)
+    assert OmegaConf.get_type(cfg.model) is FusionModelConfig and OmegaConf.get_type(cfg) is TrainRunConfig
     assert cfg.modality.names and set(cfg.modality.names) <= {"video", "audio", "text"}
     paper_lr = 1e-3 if override.startswith(("experiment=demo", "experiment=es_")) else 1e-4  # demo recipe: lr x10
     epochs = 2 if override.startswith("experiment=es_") else 10  # the paper grids' cheap demo recipe
@@ -130,12 +135,63 @@ def test_modality_short_names_cover_all_seven_subsets():
 
 def test_serve_config_composes(tmp_path):
     cfg = _compose("serve", ["ckpt_path=/x/model.pt"], tmp_path)
+    assert OmegaConf.get_type(cfg) is ServeRunConfig and cfg.port == 7860 and cfg.threads is None
     assert cfg.ckpt_path == "/x/model.pt" and cfg.host == "127.0.0.1" and cfg.flag_csv.endswith("flagged.csv")
 
 
 def test_evaluate_config_composes(tmp_path):
     cfg = _compose("evaluate", ["ckpt_path=/x.ckpt"], tmp_path)
-    assert cfg.ckpt_path == "/x.ckpt" and cfg.split == "test"
+    assert OmegaConf.get_type(cfg) is EvaluateRunConfig and cfg.data == {} and cfg.features == {}
+    assert cfg.ckpt_path == "/x.ckpt" and cfg.split == "test" and cfg.verbose is False
+
+
+def test_extract_config_composes_with_its_top_level_defaults(tmp_path):
+    cfg = _compose("extract", ["shard=3/16"], tmp_path)
+    assert OmegaConf.get_type(cfg) is ExtractRunConfig and cfg.shard == "3/16" and cfg.branches is None
+    assert cfg.workers == cfg.data.extract_workers and not cfg.verify and cfg.progress
+
+
+# what each debug config (conf/debug) makes of the Trainer, beyond default.yaml's one CPU epoch
+DEBUG_TRAINERS = {
+    "default": {},
+    "fast_dev_run": {"fast_dev_run": True, "limit_train_batches": 1, "limit_val_batches": 1, "limit_test_batches": 1},
+    "overfit": {"max_epochs": 20, "overfit_batches": 3, "limit_train_batches": 3, "limit_val_batches": 3},
+    "limit": {"max_epochs": 3, "limit_train_batches": 5, "limit_val_batches": 2, "limit_test_batches": 2},
+    "profiler": {"profiler": "SimpleProfiler"},
+}
+
+
+def test_every_debug_config_is_tested():
+    assert sorted(DEBUG_TRAINERS) == _options("debug")
+
+
+@pytest.mark.parametrize("name", sorted(DEBUG_TRAINERS))
+def test_debug_configs_give_the_trainer_they_name(name, tmp_path):
+    cfg = _compose("train", [f"debug={name}"], tmp_path)
+    validate(cfg)
+    assert cfg.task_name == "debug" and cfg.logger is None and cfg.data.num_workers == 0 and cfg.verbose
+    assert cfg.callbacks.model_checkpoint is None and cfg.callbacks.last_checkpoint is None
+    trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
+    settings = {"max_epochs": 1, "fast_dev_run": False, "overfit_batches": 0.0, "limit_train_batches": 1.0,
+                "limit_val_batches": 1.0, "limit_test_batches": 1.0, "profiler": "PassThroughProfiler",
+                **DEBUG_TRAINERS[name]}
+    built = {key: getattr(trainer, key) for key in settings if key != "profiler"}
+    built["profiler"] = type(trainer.profiler).__name__
+    if name == "fast_dev_run":  # Lightning runs one batch of each split and one epoch
+        assert trainer.num_sanity_val_steps == 0 and trainer.fit_loop.max_epochs == 1
+        built["max_epochs"] = 1
+    assert built == settings
+    assert isinstance(trainer.accelerator, CPUAccelerator) and trainer.num_devices == 1 and trainer._detect_anomaly
+    if name == "overfit":  # the same windows in a fixed order: Lightning can order the per-window loader
+        assert cfg.data.loader == "reference" and not cfg.data.oversample and cfg.model.scheduler is None
+
+
+@pytest.mark.parametrize("name", ["default", "fast_dev_run", "limit", "profiler"])
+def test_debug_configs_compose_with_a_text_table(name, tmp_path):
+    cfg = _compose("train", [f"debug={name}", "data=text_csv", "model=text_regressor", "modality=t", *TEXT_TABLE],
+                   tmp_path)
+    validate(cfg)
+    assert cfg.trainer.accelerator == "cpu" and cfg.data.num_workers == 0
 
 
 @pytest.mark.parametrize("experiment,scenario", [("es_story_share", "story_share"), ("es_reflection", "reflection")])
@@ -153,3 +209,14 @@ def test_paper_grid_experiments_sweep_the_grid_and_end_with_tables(experiment, s
 def test_evaluate_config_takes_a_sweep_dir(tmp_path):
     cfg = _compose("evaluate", ["sweep_dir=/x/sweep"], tmp_path)
     assert cfg.sweep_dir == "/x/sweep" and cfg.ckpt_path is None and list(cfg.tables.metrics)[0] == "pearson"
+
+
+def test_fast_dev_run_goes_through_a_whole_training_run(tiny_dataset, store_copy, tmp_path):
+    """pipeline.train builds its Trainer from cfg.trainer: debug=fast_dev_run trains, validates and tests one batch."""
+    from empathic_fusion.pipeline import train
+
+    cfg = _compose("train", ["debug=fast_dev_run", f"data.dataset_dir={tiny_dataset}", f"data.store_dir={store_copy}",
+                             "data.demo=null", "trainer.enable_progress_bar=false"], tmp_path)
+    results = train(cfg)
+    assert results["global_step"] == 1 and results["best_checkpoint"] == ""  # fast_dev_run saves nothing
+    assert set(results["model"]) == {"window", "rating"}
