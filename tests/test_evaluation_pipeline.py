@@ -26,8 +26,6 @@ def test_participant_folds_give_everyone_exactly_one_test_turn():
         assert sum(s == "val" for s in f.values()) == round(0.2 * sum(s != "test" for s in f.values()))
     assert folds[0] == participant_folds(list(reversed(IDS)), 5, 0, 0.2, seed=3)  # order-independent, seeded
     assert folds[0] != participant_folds(IDS, 5, 0, 0.2, seed=4)
-    with pytest.raises(ValueError, match="cv_fold"):
-        participant_folds(IDS, 5, 5, 0.2, 0)
     with pytest.raises(ValueError, match="cv_folds"):
         participant_folds(IDS[:3], 5, 0, 0.2, 0)
 

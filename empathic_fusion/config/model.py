@@ -16,7 +16,7 @@ from omegaconf import MISSING
 from empathic_fusion.config.checks import ConfigError, finite, one_of, require
 from empathic_fusion.core.branches import MODALITIES
 
-FUSION_HEADS = ("similarity", "regression", "cosine", "constant")  # empathic_fusion/models/components/heads.py
+FUSION_HEADS = ("similarity", "regression", "cosine", "constant")  # built by empathic_fusion/models/components/heads.py
 
 
 def _optimizer_problems(optimizer: Dict[str, Any], scheduler: Optional[Dict[str, Any]]) -> list[str]:

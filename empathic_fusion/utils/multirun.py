@@ -68,7 +68,7 @@ def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> fl
     job is recorded and returns None so the other jobs still run."""
     try:
         results = task(cfg)
-        return metric_value(results, cfg.get("optimized_metric"))
+        return metric_value(results, cfg.optimized_metric)
     except Exception as error:
         if not _multirun():
             raise

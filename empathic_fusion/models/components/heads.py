@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from empathic_fusion.config.model import FUSION_HEADS as HEADS  # the model schema's list of heads
 from empathic_fusion.models.components.encoders import mlp
-
-HEADS = ("similarity", "regression", "cosine", "constant")
 
 
 class SimilarityHead(nn.Module):
