@@ -26,8 +26,17 @@ from torch.utils.data import DataLoader, Dataset
 
 from empathic_fusion.config.data import TextDataConfig
 from empathic_fusion.metrics import infer_levels
-from empathic_fusion.text.data import (PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, inner_validation_split,
-                                      labels, read_table, text_fields, validate)
+from empathic_fusion.text.data import (
+    PREVIOUS_TURNS,
+    PersonaEncoder,
+    TextTableSpec,
+    grouped_folds,
+    inner_validation_split,
+    labels,
+    read_table,
+    text_fields,
+    validate,
+)
 
 
 class _Rows(Dataset):
@@ -66,6 +75,7 @@ class TextDataModule(L.LightningDataModule):
         as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
         self.path = path
         self.name = name
+        self.modalities = ["text"]
         self.spec = TextTableSpec(as_list(text_columns), as_list(label_columns), group_column, as_list(context_columns),
                                   as_list(persona_columns), order_column, int(context_turns))
         self.n_folds, self.val_fraction, self.batch_size, self.split_seed = int(cv_folds), val_fraction, batch_size, split_seed
@@ -80,10 +90,6 @@ class TextDataModule(L.LightningDataModule):
         self.fold: int | None = None
         self.folds: list | None = None
         self.embedder = None  # a frozen SentenceEncoder: batches then carry its cached embeddings
-
-    @property
-    def scenario(self) -> str:
-        return self.name
 
     def setup(self, stage: str | None = None) -> None:
         if self.folds is not None:

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-
 log = logging.getLogger(__name__)
 
 ENV_BASE_URL, ENV_API_KEY, ENV_MODEL = "EMPATHIC_LLM_BASE_URL", "EMPATHIC_LLM_API_KEY", "EMPATHIC_LLM_MODEL"
