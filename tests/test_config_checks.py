@@ -77,7 +77,7 @@ def test_unknown_keys_added_with_plus_are_refused_at_start(tmp_path):
         validate(cfg)
     assert "data.windw_frames=100: not a setting; known: [" in str(error.value) and "'window_frames'" in str(error.value)
     assert "features.cnn.strid=2: not a setting" in str(error.value)
-    with pytest.raises(ConfigError, match=re.escape("seeds: not a setting; known: ['task_name', 'seed'")):
+    with pytest.raises(ConfigError, match=re.escape("seeds: not a setting; known: ['task_name', 'threads', 'verbose', 'paths', 'seed'")):
         validate(compose_config(["+seeds=3"], tmp_path))
 
 

@@ -20,8 +20,24 @@ GROUP_KEYS = ("paths", "data", "features", "model", "modality", "trainer", "logg
               "judge")
 
 
-def _threads_rule(threads: Optional[int]) -> dict[str, tuple[bool, str]]:
-    return {"threads": (threads is None or threads >= 1, "null (the cores free now) or an integer >= 1")}
+@dataclass
+class EntryPointConfig:
+    """The keys every entry point has; each subclass adds its own keys and `rules()`."""
+
+    task_name: str = ""
+    threads: Optional[int] = None                # torch's CPU threads; null = the cores this process may use that are
+    #                                              not busy now (OMP_NUM_THREADS wins when set)
+    verbose: bool = False                        # true: show third-party log output (MediaPipe/TFLite C++ lines,
+    #                                              Lightning's banners and tips)
+    paths: Any = None
+
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        """The entry point's own value rules (key -> (ok, what is allowed))."""
+        return {}
+
+    def __post_init__(self) -> None:
+        require("", self, {"threads": (self.threads is None or self.threads >= 1,
+                                       "null (the cores free now) or an integer >= 1"), **self.rules()})
 
 
 @dataclass
@@ -32,7 +48,7 @@ class GridConfig:
 
 
 @dataclass
-class TrainRunConfig:
+class TrainRunConfig(EntryPointConfig):
     """conf/train.yaml: train one model, then test its best checkpoint."""
 
     task_name: str = "train"
@@ -43,11 +59,6 @@ class TrainRunConfig:
     optimized_metric: str = "val/loss"           # what train.py returns to a sweeper: a validation metric, never test
     tags: List[str] = field(default_factory=list)  # run tags for the loggers (experiments set them)
     grid: GridConfig = field(default_factory=GridConfig)
-    threads: Optional[int] = None                # torch's CPU threads; null = the cores this process may use that are
-    #                                              not busy now (OMP_NUM_THREADS wins when set)
-    verbose: bool = False                        # true: show third-party log output (MediaPipe/TFLite C++ lines,
-    #                                              Lightning's banners and tips)
-    paths: Any = None
     data: Any = None
     features: Any = None
     model: Any = None
@@ -57,11 +68,9 @@ class TrainRunConfig:
     callbacks: Any = None
     evaluation: Any = None
 
-    def __post_init__(self) -> None:
-        require("", self, {
-            "optimized_metric": (self.optimized_metric.startswith("val/"),
-                                 "a validation metric (val/...); a sweeper never optimizes on test"),
-            **_threads_rule(self.threads)})
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        return {"optimized_metric": (self.optimized_metric.startswith("val/"),
+                                     "a validation metric (val/...); a sweeper never optimizes on test")}
 
 
 @dataclass
@@ -80,7 +89,7 @@ class SweepTablesConfig:
 
 
 @dataclass
-class EvaluateRunConfig:
+class EvaluateRunConfig(EntryPointConfig):
     """conf/evaluate.yaml: one checkpoint, one sweep directory or an LLM judge (exactly one of the three)."""
 
     task_name: str = "evaluate"
@@ -90,9 +99,6 @@ class EvaluateRunConfig:
     split: str = "test"                          # test | val
     test_csv: Optional[str] = None               # text checkpoint: score every row of this table (same columns)
     tables: SweepTablesConfig = field(default_factory=SweepTablesConfig)
-    threads: Optional[int] = None                # as in train.yaml
-    verbose: bool = False
-    paths: Any = None
     data: Any = field(default_factory=dict)      # overrides of the checkpoint's data settings (data.<key>=...)
     features: Any = field(default_factory=dict)  # overrides of its feature settings
     logger: Any = None
@@ -100,12 +106,12 @@ class EvaluateRunConfig:
     evaluation: Any = None
     judge: Any = None                            # judge=llm_judge: score an LLM judge (conf/judge)
 
-    def __post_init__(self) -> None:
-        require("", self, {"split": (self.split in SPLITS, one_of(SPLITS)), **_threads_rule(self.threads)})
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        return {"split": (self.split in SPLITS, one_of(SPLITS))}
 
 
 @dataclass
-class ExtractRunConfig:
+class ExtractRunConfig(EntryPointConfig):
     """conf/extract.yaml: fill the feature store without training."""
 
     task_name: str = "extract"
@@ -116,19 +122,16 @@ class ExtractRunConfig:
     progress: bool = True
     verify: bool = False                         # true: also re-hash every stored array and look for NaN/Inf (reads
     #                                              the whole store); damaged branches are redone
-    threads: Optional[int] = None                # as in train.yaml
-    verbose: bool = False
-    paths: Any = None
     data: Any = None
     features: Any = None
     modality: Any = None
 
-    def __post_init__(self) -> None:
-        require("", self, {"workers": (self.workers >= 1, "an integer >= 1"), **_threads_rule(self.threads)})
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        return {"workers": (self.workers >= 1, "an integer >= 1")}
 
 
 @dataclass
-class ServeRunConfig:
+class ServeRunConfig(EntryPointConfig):
     """conf/serve.yaml: the Gradio app, a Text tab for a text model and a Clip tab for a fusion model."""
 
     task_name: str = "serve"
@@ -139,16 +142,11 @@ class ServeRunConfig:
     max_upload_mb: int = 2048                    # uploads stream to disk and are refused past this size
     accelerator: str = "cpu"                     # where trainer.predict runs the models: cpu | gpu | auto
     flag_csv: str = "${paths.log_dir}/serve/flagged.csv"  # Flag appends text, persona inputs and scores here
-    threads: Optional[int] = None                # as in train.yaml
-    verbose: bool = False
-    paths: Any = None
 
-    def __post_init__(self) -> None:
-        require("", self, {
-            "port": (0 < self.port < 65536, "a port number in 1..65535"),
-            "max_upload_mb": (self.max_upload_mb >= 1, "an integer >= 1"),
-            "accelerator": (self.accelerator in ACCELERATORS, one_of(ACCELERATORS)),
-            **_threads_rule(self.threads)})
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        return {"port": (0 < self.port < 65536, "a port number in 1..65535"),
+                "max_upload_mb": (self.max_upload_mb >= 1, "an integer >= 1"),
+                "accelerator": (self.accelerator in ACCELERATORS, one_of(ACCELERATORS))}
 
 
 RUN_SCHEMAS = {"train": TrainRunConfig, "evaluate": EvaluateRunConfig, "extract": ExtractRunConfig,
