@@ -25,6 +25,7 @@ import torch
 import yaml
 
 from empathic_fusion.app.card import ModelCard, fusion_card
+from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.dataset.scale import target_to_rating
@@ -101,8 +102,9 @@ class ClipScorer:
         self.features = dict(run_config["features"])
         self.modalities = list(self.model.modalities)
         self.window_frames = int(self.data_cfg["window_frames"])
-        self.stride_seconds = float(self.data_cfg.get("stride_seconds", 1.0))
-        self.scenario = self.data_cfg.get("scenario", "story_share")
+        # a checkpoint's run config is saved data: keys it predates take the schema's default
+        self.stride_seconds = float(self.data_cfg.get("stride_seconds", FusionDataConfig.stride_seconds))
+        self.scenario = self.data_cfg.get("scenario", FusionDataConfig.scenario)
         self.max_upload_mb = float(max_upload_mb)
         self.accelerator = accelerator
         self.dataset_dir = Path(self.data_cfg["dataset_dir"])
