@@ -90,7 +90,7 @@ def test_report_has_validation_threshold_cis_breakdown_and_plots(fold_run):
 
 
 def test_grid_skips_a_cell_the_model_cannot_run(tiny_dataset, tiny_store, tmp_path):
-    cfg = _cfg(_data(tiny_dataset, tiny_store) + ["model=story_similarity", "modality=v+a", "+grid.skip_incompatible=true"],
+    cfg = _cfg(_data(tiny_dataset, tiny_store) + ["model=story_similarity", "modality=v+a", "grid.skip_incompatible=true"],
                tmp_path)
     result = train(cfg)
     assert result["skipped"] and "needs ['text']" in result["reason"]
