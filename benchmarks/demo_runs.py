@@ -1,7 +1,7 @@
 """The demo runs the README shows, over several seeds and with other CPU kernels: how far one run's test
 metrics are from what another seed or another CPU gives.
 
-    OMP_NUM_THREADS=1 python benchmarks/demo_runs.py                # docs/results/demo.md (about 30 min)
+    OMP_NUM_THREADS=1 python benchmarks/demo_runs.py                # docs/results/demo.md (about an hour)
     OMP_NUM_THREADS=1 python benchmarks/demo_runs.py --quick        # seeds 0 and the default, print only
     OMP_NUM_THREADS=1 python benchmarks/demo_runs.py --runs tfn_vt --seeds 0,1,2
 
@@ -10,13 +10,14 @@ made on first use and then shared by every run through the feature store in data
   lf_lstm_vat  python train.py experiment=demo                           (`make train`: LF-LSTM, v+a+t)
   tfn_vt       python train.py experiment=demo model=tfn modality=v+t
 Each command runs once as typed (the config's default seed: what `make train` runs) and once per
-seed in `--seeds` (default 0-4, `seed=N`), each in its own process, and the default-seed command runs again
+seed in `--seeds` (default 0-9, `seed=N`), each in its own process, and the default-seed command runs again
 with other CPU kernels: ATEN_CPU_CAPABILITY=default (torch's plain C++ kernels instead of AVX2/AVX512)
 and ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN limited to AVX2). Window and rating-level test metrics go into
 docs/results/demo.md as mean ± sd and min-max over seeds, beside the test table of the default-seed run
 as `make train` prints it; a JSON block at its end holds the ranges that
 tests/test_demo_reproducible.py checks a new run against. Run folders go under
-logs/benchmarks/demo_runs/<time>/ (`--run-dir` to choose). Extra Hydra overrides after `--` go to every
+logs/benchmarks/demo_runs/<time>/ (`--run-dir` to choose; given again, the runs that finished there
+are read, not repeated). Extra Hydra overrides after `--` go to every
 run. With `--quick` (seeds 0 and the default, no kernel variants) nothing is written unless `--out` is
 given.
 """
@@ -43,7 +44,7 @@ RUNS = {
     "lf_lstm_vat": ("LF-LSTM, video + audio + text (`make train`)", ["experiment=demo"]),
     "tfn_vt": ("TFN, video + text", ["experiment=demo", "model=tfn", "modality=v+t"]),
 }
-DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+DEFAULT_SEEDS = tuple(range(10))
 QUICK_SEEDS = (0,)
 # The default-seed command again with other CPU kernels: name -> environment variables set for the run.
 KERNEL_VARIANTS = {
@@ -53,6 +54,8 @@ KERNEL_VARIANTS = {
 LEVELS = ("window", "rating")
 METRICS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE"}
 SUMMARY_START = "<!-- demo-ranges -->"
+# Written into a run folder when its run finished: the command and its seconds (to resume a benchmark).
+FINISHED = "demo_run.json"
 
 
 @dataclass
@@ -98,16 +101,24 @@ def capability_in(env: dict[str, str]) -> str:
 
 
 def run_one(run: str, run_dir: Path, seed: int | None, kernels: str, extra: Sequence[str]) -> DemoRun:
-    """Train and test one demo run in a subprocess (output streamed); what it measured."""
+    """Train and test one demo run in a subprocess (output streamed); what it measured. A folder that holds
+    a finished run of the same command (from an interrupted benchmark given the same `--run-dir`) is
+    read instead of trained again."""
     env = run_environment(kernels)
     command = train_command(run, run_dir, seed, extra)
-    print(f"$ {shown_command(run, seed, kernels, extra)}  ({run_dir})", flush=True)
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"run {run} (seed {seed or 'default'}, {kernels or 'default kernels'}) failed with exit "
-                         f"status {done.returncode}: see {run_dir}")
+    finished = run_dir / FINISHED
+    if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
+        print(f"reusing the finished run in {run_dir}", flush=True)
+        seconds = json.loads(finished.read_text())["seconds"]
+    else:
+        print(f"$ {shown_command(run, seed, kernels, extra)}  ({run_dir})", flush=True)
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, env=env)
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"run {run} (seed {seed or 'default'}, {kernels or 'default kernels'}) failed with "
+                             f"exit status {done.returncode}: see {run_dir}")
+        finished.write_text(json.dumps({"command": command[1:], "seconds": seconds}))
     report = json.loads((run_dir / "test_metrics.json").read_text())
     used_seed = int(json.loads((run_dir / "run_info.json").read_text())["config"]["seed"])
     return DemoRun(run, used_seed, seed is None, kernels, capability_in(env), seconds, report["model"], run_dir)
