@@ -23,8 +23,9 @@ install: $(STAMP)
 train: $(STAMP)
 	$(PY) train.py experiment=demo $(ARGS)
 
+# two pytest workers (pytest-xdist) on the two cores; the tests of the tiny dataset share one worker
 test: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadgroup $(ARGS)
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not browser and not gpu" $(ARGS)

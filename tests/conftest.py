@@ -54,10 +54,15 @@ def store_copy(tiny_store, tmp_path) -> Path:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests that read the extracted tiny store are `slow` (extracting it is the slow part of a session);
-    tests marked `gpu` are skipped, with the reason, where torch sees no CUDA GPU."""
+    under `pytest -n 2 --dist loadgroup` (make test) every test of the tiny dataset runs in one worker, so
+    it is generated and extracted once; tests marked `gpu` are skipped, with the reason, where torch sees
+    no CUDA GPU."""
     for item in items:
-        if "tiny_store" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "tiny_store" in fixtures:
             item.add_marker(pytest.mark.slow)
+        if "tiny_dataset" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("tiny_dataset"))
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return

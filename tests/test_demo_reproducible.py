@@ -35,6 +35,7 @@ def test_recorded_ranges_reads_the_json_block_after_its_marker(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("readme_demo")  # its own worker under make test: it generates and extracts the demo
 def test_the_readme_demo_command_lands_within_the_recorded_seed_range(tmp_path: Path):
     """`python train.py experiment=demo` as the README types it, from another folder, its outputs in tmp_path;
     the demo data and their features are shared with `make train` (the ignored data/ folder: generated
