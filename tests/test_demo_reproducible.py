@@ -48,6 +48,7 @@ def test_the_readme_demo_command_lands_within_the_recorded_seed_range(tmp_path: 
     r = json.loads((run_dir / "test_metrics.json").read_text())["model"]["rating"]["pearson"]
     printed = re.search(r"^\| LFLSTM \(per rating\)\s*\|\s*(-?[\d.]+) \|", done.stdout + done.stderr, re.M)
     assert printed and float(printed.group(1)) == pytest.approx(r, abs=5e-4)
-    assert recorded["min"] <= r <= recorded["max"], (
+    rounding = 1e-5  # demo.md records r to 6 decimals
+    assert recorded["min"] - rounding <= r <= recorded["max"] + rounding, (
         f"per-rating r {r:.3f} is outside [{recorded['min']:.3f}, {recorded['max']:.3f}], the range over the seeds "
         "in docs/results/demo.md: the demo changed since it was written (run benchmarks/demo_runs.py again)")
