@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--finetune-overrides", default="",
                         help="Hydra overrides for the GPU recipe only, one string (e.g. fewer layers on a CPU)")
     parser.add_argument("--run-dir", type=Path, default=None,
-                        help="folder for the runs (default: logs/benchmarks/empathetic_exchanges/<time>)")
+                        help="folder for the runs (default: logs/benchmarks/empathetic_exchanges/<time>); given again, "
+                             "the folds that finished there are read, not trained again")
     parser.add_argument("--jobs", type=int, default=1,
                         help="folds trained at once, one process each (seconds per fold then overlap)")
     add_output_arguments(parser, "empathetic_exchanges")
@@ -107,6 +108,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+# Written into a fold's folder when it finished: its overrides and seconds (to resume a benchmark).
+FINISHED = "fold_run.json"
+
+
 def compose_train(overrides: list[str]):
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         return compose(config_name="train", overrides=["logger=none", *overrides])
@@ -132,11 +137,17 @@ def run_folds(overrides: list[str], fold_ids: list[int], run_dir: Path, jobs: in
 
 
 def run_fold(overrides: list[str], fold: int, out_dir: Path) -> float:
-    """Train and test one fold into out_dir/<fold> as a Hydra job would leave it; seconds it took."""
+    """Train and test one fold into out_dir/<fold> as a Hydra job would leave it; seconds it took. A fold
+    that finished there with the same overrides (an interrupted benchmark given the same `--run-dir`)
+    is read, not trained again."""
     from omegaconf import OmegaConf
 
-    cfg = compose_train([*overrides, f"data.cv_fold={fold}"])
     job = out_dir / str(fold)
+    finished = job / FINISHED
+    if finished.is_file() and json.loads(finished.read_text())["overrides"] == list(overrides):
+        print(f"fold {fold}: reusing the finished run in {job}", flush=True)
+        return json.loads(finished.read_text())["seconds"]
+    cfg = compose_train([*overrides, f"data.cv_fold={fold}"])
     with open_dict(cfg):
         cfg.paths.output_dir = str(job)
     fold_start = time.time()
@@ -144,6 +155,7 @@ def run_fold(overrides: list[str], fold: int, out_dir: Path) -> float:
     (job / ".hydra").mkdir(parents=True, exist_ok=True)  # what evaluate_sweep reads from a Hydra job
     OmegaConf.save(cfg, job / ".hydra" / "config.yaml", resolve=True)
     seconds = time.time() - fold_start
+    finished.write_text(json.dumps({"overrides": list(overrides), "seconds": seconds}))
     print(f"fold {fold}: {seconds:.0f} s", flush=True)
     return seconds
 
