@@ -63,12 +63,12 @@ def evaluate(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="extract")
 def extract(cfg: DictConfig) -> None:
     """Fill the feature store (conf/extract.yaml). Exits with status 1 when any session or branch
-    failed (listed in the store's failure report)."""
-    from empathic_fusion.features.command import run_extraction
+    failed (listed in the store's failure report); in a sharded multirun the sweep's end decides."""
+    from empathic_fusion.features.command import extract_command
 
     with run_setup(cfg):
-        report = run_extraction(cfg)
-    if report.failures:
+        failed = extract_command(cfg)
+    if failed:
         raise SystemExit(1)
 
 

@@ -99,6 +99,9 @@ def test_shards_split_sessions_and_report_failures_apart(small_dataset, referenc
     assert [r.skipped_sessions for r in reports] == [len(dataset.sessions) - len(o) for o in owned]
     assert [("_dataset", "stories") in r.extracted for r in reports] == [True, False, False]  # one writer only
     assert {p.name for p in store.root.glob("failures*.json")} == {f"failures-shard{i}of3.json" for i in range(3)}
+    # each shard its own hash cache (shards running at once never rewrite one file); merging joins them
+    assert {p.name for p in store.root.glob("file_hashes*.json")} == {f"file_hashes-shard{i}of3.json" for i in range(3)}
+    assert not store.merge_shards(3).missing and [p.name for p in store.root.glob("file_hashes*.json")] == ["file_hashes.json"]
     for name, data in _arrays(store.root).items():
         assert data == (reference_store / name).read_bytes()
     with pytest.raises(ValueError, match="0..2"):

@@ -117,6 +117,9 @@ class ExtractRunConfig(EntryPointConfig):
     task_name: str = "extract"
     seed: int = 42                               # only for the data config's interpolation; extraction is deterministic
     shard: Optional[str] = None                  # "i/n": sessions i, i+n, i+2n, ... in session-id order (0-based)
+    shards: Optional[int] = None                 # with -m: one job per shard 0/N..N-1/N; with merge=true: merge N shards
+    merge: bool = False                          # true: only join the shards' failure reports and hash caches
+    #                                              (a sharded multirun does this when it ends)
     workers: int = II("data.extract_workers")    # worker processes for the video and audio branches
     branches: Optional[List[str]] = None         # e.g. [cnn] fills only these; null = the selected modalities' branches
     progress: bool = True
@@ -127,7 +130,9 @@ class ExtractRunConfig(EntryPointConfig):
     modality: Any = None
 
     def rules(self) -> dict[str, tuple[bool, str]]:
-        return {"workers": (self.workers >= 1, "an integer >= 1")}
+        return {"workers": (self.workers >= 1, "an integer >= 1"),
+                "shards": (self.shards is None or self.shards >= 1, "null or an integer >= 1 (the number of shards)"),
+                "merge": (not (self.merge and self.shard), "false when shard is set (merge=true joins every shard)")}
 
 
 @dataclass

@@ -14,7 +14,8 @@ the main process; the main process alone writes to the store, one finished branc
 interrupted run keeps everything it completed and a rerun finishes the rest. Each branch's
 signature (extractor, version, its own config, input hashes) decides freshness, so changing one
 extractor's config redoes that branch only. Failures are recorded per session and branch in the
-failure report while the other sessions go on. `shard=(i, n)` takes every n-th session from the i-th.
+failure report while the other sessions go on. `shard=(i, n)` takes every n-th session from the i-th
+and writes its own failure report and hash cache (FeatureStore.merge_shards joins the shards' files).
 """
 from __future__ import annotations
 
@@ -347,7 +348,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                          "video": str(session.video), "audio": str(session.audio or session.video),
                          "openface_csv": str(openface_csv) if openface_csv else None,
                          "face_cfg": dict(cfg["face"]), "cnn_cfg": dict(cfg["cnn"]), "audio_cfg": dict(cfg["audio"])})
-    store.save_hash_cache()
+    store.save_hash_cache(shard)  # a shard writes its own cache: shards running at once never overwrite each other's
     if glove_todo:
         _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
     if jobs:
@@ -357,8 +358,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
         note = _length_warning(store, session_id)
         if note:
             report.warnings.append(note)
-    name = "failures.json" if shard is None else f"failures-shard{shard[0]}of{shard[1]}.json"
-    store.write_failures(report.failures, name)
+    store.write_failures(report.failures, shard)
     return report
 
 

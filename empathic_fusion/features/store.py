@@ -4,6 +4,12 @@
     <root>/sessions/<session_id>/<branch>/<array>.npy      (memory-mappable .npy files)
     <root>/dataset/<branch>/...                             (dataset-level branches, e.g. stories)
     <root>/failures.json                                    (the last extraction's failures)
+    <root>/failures-shard<i>of<n>.json                      (shard i's failures; merged into failures.json)
+    <root>/file_hashes.json, file_hashes-shard<i>of<n>.json (input-file hashes; a shard writes only its own)
+
+Shards of one extraction (`extract.py shard=i/n`, one cluster job each) share one store: each writes
+only its own sessions, its own failure report and its own hash cache, so concurrent shards never
+write the same file; `merge_shards` joins their reports and caches when all have finished.
 
 A branch is written into a temporary folder and renamed into place, and the manifest is replaced
 atomically after it, so a killed extraction never leaves a half-written branch that looks done.
@@ -22,8 +28,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +41,38 @@ from empathic_fusion.core.files import atomic_write_text, canonical_hash, respec
 
 DATASET_KEY = "_dataset"
 MANIFEST_CHECKSUM = "_checksum"
+FAILURES = "failures"
+HASH_CACHE = "file_hashes"
+_SHARD_FILE = re.compile(r"-shard(\d+)of(\d+)\.json$")
+
+
+def shard_file(stem: str, shard: tuple[int, int] | None) -> str:
+    """`failures.json` for a whole extraction, `failures-shard3of16.json` for shard 3 of 16 (any stem)."""
+    return f"{stem}.json" if shard is None else f"{stem}-shard{shard[0]}of{shard[1]}.json"
+
+
+def _shard_of(path: Path) -> tuple[int, int] | None:
+    match = _SHARD_FILE.search(path.name)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+@dataclass
+class ShardMerge:
+    """What `FeatureStore.merge_shards` found: every shard's failures (each tagged with its shard) and
+    the shards that left no report (unfinished, or not run)."""
+
+    count: int
+    failures: list[dict] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    path: Path | None = None
+
+    def summary(self) -> str:
+        lines = [f"{self.count - len(self.missing)} of {self.count} shard(s) merged: {len(self.failures)} failure(s)"
+                 + (f" listed in {self.path}" if self.path else "")]
+        lines += [f"  shard {i}/{self.count} did not finish (no {shard_file(FAILURES, (i, self.count))}); run it "
+                  f"again: extract.py shard={i}/{self.count} ..." for i in self.missing]
+        lines += [f"  FAILED {f['session_id']}/{f['branch']} (shard {f['shard']}): {f['error']}" for f in self.failures]
+        return "\n".join(lines)
 
 
 class StoreIntegrityError(RuntimeError):
@@ -47,10 +87,7 @@ class FeatureStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._manifests: dict[str, tuple[tuple[int, int, int], dict]] = {}
         self._rehashed: dict[Path, tuple[int, int]] = {}  # files whose changed mtime was re-hashed: (size, mtime_ns)
-        self._hash_cache_path = self.root / "file_hashes.json"
-        self._hash_cache: dict[str, dict] = (
-            json.loads(self._hash_cache_path.read_text()) if self._hash_cache_path.exists() else {}
-        )
+        self._hash_cache: dict[str, dict] = self._read_hash_caches()
 
     # ---- input hashing -------------------------------------------------------------------
     def file_hash(self, path: str | Path) -> str:
@@ -65,8 +102,54 @@ class FeatureStore:
         self._hash_cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
         return digest
 
-    def save_hash_cache(self) -> None:
-        atomic_write_text(self._hash_cache_path, json.dumps(self._hash_cache, indent=0, sort_keys=True))
+    def _read_hash_caches(self) -> dict[str, dict]:
+        """The store's hash cache joined with the shards' own (not yet merged) ones: an entry is only
+        used while its file keeps the recorded size and mtime, so which copy of a path wins does not matter."""
+        cache: dict[str, dict] = {}
+        for path in [*sorted(self.root.glob(f"{HASH_CACHE}-shard*of*.json")), self.root / f"{HASH_CACHE}.json"]:
+            try:
+                cache.update(json.loads(path.read_text()))
+            except FileNotFoundError:
+                continue  # merged away by another process meanwhile
+            except ValueError:
+                continue  # a damaged cache only costs hashing again
+        return cache
+
+    def save_hash_cache(self, shard: tuple[int, int] | None = None) -> None:
+        """Write the hash cache; a shard writes its own file, so concurrent shards never overwrite each
+        other's entries (`merge_shards` joins them)."""
+        atomic_write_text(self.root / shard_file(HASH_CACHE, shard),
+                          json.dumps(self._hash_cache, indent=0, sort_keys=True))
+
+    def merge_shards(self, count: int, finished: set[int] | None = None) -> ShardMerge:
+        """Join the failure reports of shards 0..count-1 into `failures.json` (each failure tagged with
+        its shard) and every shard's hash cache into `file_hashes.json` (the shard caches are removed).
+        `finished` names the shards whose report belongs to this run (a report of an earlier run is then
+        not taken for an unfinished shard's); by default every report found."""
+        merge = ShardMerge(count)
+        for index in range(count):
+            path = self.root / shard_file(FAILURES, (index, count))
+            if (finished is not None and index not in finished) or not path.exists():
+                merge.missing.append(index)
+                continue
+            merge.failures += [{**failure, "shard": f"{index}/{count}"} for failure in json.loads(path.read_text())]
+        merge.failures.sort(key=lambda f: (str(f["session_id"]), str(f["branch"])))
+        merge.path = self.write_failures(merge.failures)
+        caches = sorted(self.root.glob(f"{HASH_CACHE}-shard*of*.json"))
+        self._hash_cache = {**self._read_hash_caches(), **self._hash_cache}
+        self.save_hash_cache()
+        for path in caches:  # their entries are in file_hashes.json now
+            path.unlink(missing_ok=True)
+        return merge
+
+    def shard_counts(self) -> list[int]:
+        """The shard counts whose failure reports are in the store, the most recently written first."""
+        newest: dict[int, int] = {}
+        for path in self.root.glob(f"{FAILURES}-shard*of*.json"):
+            shard = _shard_of(path)
+            if shard is not None:
+                newest[shard[1]] = max(newest.get(shard[1], 0), path.stat().st_mtime_ns)
+        return sorted(newest, key=newest.get, reverse=True)
 
     # ---- layout --------------------------------------------------------------------------
     def owner_dir(self, owner: str) -> Path:
@@ -231,9 +314,10 @@ class FeatureStore:
                 f"'{branch}') holds NaN/Inf{where}; run `python extract.py verify=true` to find and redo damaged "
                 f"branches")
 
-    def write_failures(self, failures: list[dict], name: str = "failures.json") -> Path:
-        """The failure report: every (session, branch) that failed in the last run and why."""
-        path = self.root / name
+    def write_failures(self, failures: list[dict], shard: tuple[int, int] | None = None) -> Path:
+        """The failure report: every (session, branch) that failed in the last run and why (a shard's
+        own file for a shard)."""
+        path = self.root / shard_file(FAILURES, shard)
         atomic_write_text(path, json.dumps(failures, indent=1))
         return path
 

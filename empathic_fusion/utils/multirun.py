@@ -5,6 +5,10 @@ job instead, records it as `failures/<job number>.json` in the sweep folder (one
 jobs running in parallel on a cluster never write the same file) and returns None, which the Optuna
 sweeper records as a failed trial. `FailureReport`, a Hydra callback, lists them all in
 `failures.json` and the log when the sweep ends. A single run (no -m) still raises.
+
+`${shard_sweep:${shards},${shard}}` (the `shard_sweep` resolver, registered on import; Hydra imports this module
+for the callback before it builds the sweeper) turns `shards=N` into the sweeper parameter
+`shard=0/N,...,N-1/N`, so `extract.py -m shards=N` runs one job per shard.
 """
 from __future__ import annotations
 
@@ -15,12 +19,12 @@ import traceback
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,21 @@ warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_(slurm|l
 
 FAILURES_DIR = "failures"
 FAILURES_FILE = "failures.json"
+T = TypeVar("T")
+
+
+def shard_sweep(count: int | None, shard: str | None = None) -> str:
+    """The sweeper's value of `shard` for `shards=N`: one job per shard, '0/N,1/N,...,N-1/N'; without
+    shards the run's own `shard` (null when unset), which an override on the command line replaces."""
+    if count is None:
+        return "null" if shard is None else str(shard)
+    if int(count) < 1:
+        raise ValueError(f"shards must be an integer >= 1, got {count}")
+    return ",".join(f"{i}/{int(count)}" for i in range(int(count)))
+
+
+if not OmegaConf.has_resolver("shard_sweep"):
+    OmegaConf.register_new_resolver("shard_sweep", shard_sweep)
 
 
 def metric_value(results: dict[str, Any], name: str | None) -> float | None:
@@ -47,7 +66,8 @@ def metric_value(results: dict[str, Any], name: str | None) -> float | None:
     return float(value) if math.isfinite(float(value)) else None
 
 
-def _multirun() -> bool:
+def in_multirun() -> bool:
+    """True inside a job of a multirun (-m), where a job's failure must not stop the sweep."""
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
@@ -66,11 +86,16 @@ def record_failure(sweep_dir: Path, job_num: int, overrides: list[str], error: B
 def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
     """Run `task(cfg)` and return `cfg.optimized_metric` from its results; in a multirun a failing
     job is recorded and returns None so the other jobs still run."""
+    return sweep_job(lambda c: metric_value(task(c), c.optimized_metric), cfg)
+
+
+def sweep_job(task: Callable[[DictConfig], T], cfg: DictConfig) -> T | None:
+    """Run `task(cfg)` and return what it returns; in a multirun a job that raises is recorded in the
+    sweep folder and returns None, so the other jobs still run (a single run still raises)."""
     try:
-        results = task(cfg)
-        return metric_value(results, cfg.optimized_metric)
+        return task(cfg)
     except Exception as error:
-        if not _multirun():
+        if not in_multirun():
             raise
         hydra_cfg = HydraConfig.get()
         path = record_failure(Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num),
