@@ -1,4 +1,5 @@
-"""The console scripts (`empathic-train`, `empathic-evaluate`, `empathic-extract`, `empathic-serve`).
+"""The console scripts (`empathic-train`, `empathic-evaluate`, `empathic-extract`, `empathic-predict`,
+`empathic-serve`).
 
 Each is a Hydra app over the config tree inside the package (`empathic_fusion/conf`), so they work
 the same from a source checkout (where `train.py` and friends are thin shims over these) and after a
@@ -69,6 +70,18 @@ def extract(cfg: DictConfig) -> None:
     with run_setup(cfg):
         failed = extract_command(cfg)
     if failed:
+        raise SystemExit(1)
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="predict")
+def predict(cfg: DictConfig) -> None:
+    """Score new recordings or a new text table with a checkpoint (conf/predict.yaml). Exits with status 1
+    when no row could be scored (the reasons are in predictions.csv)."""
+    from empathic_fusion.scoring.command import run_predict
+
+    with run_setup(cfg):
+        result = run_predict(cfg)
+    if result.scored == 0:
         raise SystemExit(1)
 
 

@@ -112,6 +112,8 @@ def test_text_model_settings_are_checked(tmp_path):
     ("extract", "workers=0", "workers=0: must be an integer >= 1"),
     ("serve", "port=0", "port=0: must be a port number in 1..65535"),
     ("serve", "accelerator=tpu", "accelerator=tpu: must be cpu, gpu or auto"),
+    ("predict", "data.extract_workers=0", "data.extract_workers=0: must be an integer >= 1"),
+    ("predict", "accelerator=tpu", "accelerator=tpu: must be cpu, gpu or auto"),
 ])
 def test_top_level_keys_of_every_entry_point_are_checked(name, override, message, tmp_path):
     cfg = compose_config([override], tmp_path, name)

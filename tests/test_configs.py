@@ -8,8 +8,8 @@ import pytest
 from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import OmegaConf
 
-from empathic_fusion.config import (EvaluateRunConfig, ExtractRunConfig, FusionModelConfig, ServeRunConfig,
-                                    TextModelConfig, TrainRunConfig, validate)
+from empathic_fusion.config import (EvaluateRunConfig, ExtractRunConfig, FusionModelConfig, PredictRunConfig,
+                                    ServeRunConfig, TextModelConfig, TrainRunConfig, validate)
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.pipeline import build_datamodule, build_model
 from empathic_fusion.utils import CONFIG_DIR
@@ -137,6 +137,12 @@ def test_serve_config_composes(tmp_path):
     cfg = _compose("serve", ["ckpt_path=/x/model.pt"], tmp_path)
     assert OmegaConf.get_type(cfg) is ServeRunConfig and cfg.port == 7860 and cfg.threads is None
     assert cfg.ckpt_path == "/x/model.pt" and cfg.host == "127.0.0.1" and cfg.flag_csv.endswith("flagged.csv")
+
+
+def test_predict_config_composes(tmp_path):
+    cfg = _compose("predict", ["ckpt_path=/x/run", "data.dataset_dir=/x/new"], tmp_path)
+    assert OmegaConf.get_type(cfg) is PredictRunConfig and cfg.accelerator == "cpu" and cfg.progress
+    assert cfg.data.dataset_dir == "/x/new" and cfg.data.path is None and cfg.data.extract_workers == 1
 
 
 def test_evaluate_config_composes(tmp_path):

@@ -10,7 +10,7 @@ import empathic_fusion
 PACKAGE = Path(empathic_fusion.__file__).parent
 # bottom first: shared parts (core) at the bottom, the entry points on top
 LAYERS = ("core", "dataset", "config", "utils", "metrics", "demo", "features", "datamodules", "evaluation",
-          "models", "text", "pipeline", "app", "cli")
+          "models", "text", "pipeline", "scoring", "app", "cli")
 
 
 def _module_name(path: Path) -> str:

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import hydra
 import numpy as np
 import pandas as pd
 import torch
 import yaml
 
-from empathic_fusion.app.card import ModelCard, fusion_card
+from empathic_fusion.models.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
@@ -40,6 +39,7 @@ from empathic_fusion.models.checkpoints import (
     resolve_checkpoint,
 )
 from empathic_fusion.models.predict import predict
+from empathic_fusion.scoring.fusion import missing_statistics, predict_datamodule
 
 SESSION, PARTICIPANT, STORY = "clip", "uploader", "typed_story"
 VIDEO_TYPES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
@@ -95,9 +95,10 @@ class ClipScorer:
             raise ValueError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
         self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
         run_config = self.model.hparams.run_config
-        if not self.model.normalization and run_config["data"].get("normalize"):
-            raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics (checkpoints written "
-                             "before they were recorded); retrain to score new clips with it")
+        if missing_statistics(self.model):
+            raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics for "
+                             f"{missing_statistics(self.model)} (checkpoints written before they were recorded); "
+                             "retrain to score new clips with it")
         self.data_cfg = dict(run_config["data"])
         self.features = dict(run_config["features"])
         self.modalities = list(self.model.modalities)
@@ -177,11 +178,7 @@ class ClipScorer:
 
     def datamodule(self, dataset_dir: Path, store_dir: Path) -> EmpathyDataModule:
         """The checkpoint's data config over another dataset: its predict split, the checkpoint's statistics."""
-        data_cfg = {**self.data_cfg, "dataset_dir": str(dataset_dir), "store_dir": str(store_dir), "demo": None,
-                    "extract_workers": 1, "num_workers": 0}
-        build = hydra.utils.instantiate(data_cfg, _partial_=True, _convert_="all")
-        return build(modalities=self.modalities, features=self.features, predict=True,
-                     stats=self.model.normalization)
+        return predict_datamodule(self.model, dataset_dir, store_dir)
 
     def score(self, video: str | Path, story_text: str, audio: str | Path | None = None,
               transcript: str | Path | None = None, progress: Callable[[float, str], Any] | None = None,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from empathic_fusion.app.card import ModelCard, text_card
+from empathic_fusion.models.card import ModelCard, text_card
 from empathic_fusion.core.language import detect_language, is_untrained_language
 from empathic_fusion.models.checkpoints import WrongKindError, metrics_note, read_checkpoint, resolve_checkpoint
 from empathic_fusion.text.scorer import TextScorer

@@ -31,7 +31,13 @@ from empathic_fusion.config.feature_defaults import modality_branches, with_defa
 from empathic_fusion.config.features import FeaturesConfig
 from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
 from empathic_fusion.config.paths import PathsConfig
-from empathic_fusion.config.run import EvaluateRunConfig, ExtractRunConfig, ServeRunConfig, TrainRunConfig
+from empathic_fusion.config.run import (
+    EvaluateRunConfig,
+    ExtractRunConfig,
+    PredictRunConfig,
+    ServeRunConfig,
+    TrainRunConfig,
+)
 from empathic_fusion.config.trainer import TrainerConfig
 from empathic_fusion.config.validate import typed, validate
 
@@ -49,6 +55,7 @@ SCHEMAS: dict[tuple[str | None, str], type] = {
     (None, "schema_evaluate"): EvaluateRunConfig,
     (None, "schema_extract"): ExtractRunConfig,
     (None, "schema_serve"): ServeRunConfig,
+    (None, "schema_predict"): PredictRunConfig,
 }
 
 

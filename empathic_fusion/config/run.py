@@ -1,4 +1,5 @@
-"""The top-level keys of each entry point's config: conf/train.yaml, evaluate.yaml, extract.yaml, serve.yaml.
+"""The top-level keys of each entry point's config: conf/train.yaml, evaluate.yaml, extract.yaml, serve.yaml,
+predict.yaml.
 
 Each YAML names its schema first in its defaults list (`defaults: [schema_train, _self_, ...]`). The config
 groups (data, model, trainer, ...) keep their own schemas; here they are only declared (`Any`), so the
@@ -154,5 +155,38 @@ class ServeRunConfig(EntryPointConfig):
                 "accelerator": (self.accelerator in ACCELERATORS, one_of(ACCELERATORS))}
 
 
+@dataclass
+class PredictDataConfig:
+    """What empathic-predict scores: a dataset folder (fusion checkpoint) or a table (text checkpoint)."""
+
+    dataset_dir: Optional[str] = None            # fusion: a dataset in the contract's layout; ratings.csv optional
+    store_dir: Optional[str] = None              # its feature store; null = <paths.data_dir>/features/predict/<folder
+    #                                              name>-<hash of its path>, so a rerun reuses what was extracted
+    path: Optional[str] = None                   # text: a CSV table with the checkpoint's text columns (labels optional)
+    extract_workers: int = 1                     # worker processes for the video and audio branches
+    batch_size: Optional[int] = None             # fusion: windows per forward pass; null = the checkpoint's
+
+    def __post_init__(self) -> None:
+        require("data", self, {
+            "extract_workers": (self.extract_workers >= 1, "an integer >= 1"),
+            "batch_size": (self.batch_size is None or self.batch_size >= 1, "null (the checkpoint's) or an integer >= 1")})
+
+
+@dataclass
+class PredictRunConfig(EntryPointConfig):
+    """conf/predict.yaml: score new recordings (fusion checkpoint) or a new text table (text checkpoint)."""
+
+    task_name: str = "predict"
+    ckpt_path: Optional[str] = None              # a checkpoint file or a run folder (its best checkpoint); required
+    out_dir: Optional[str] = None                # where the predictions go; null = this run's output folder
+    accelerator: str = "cpu"                     # where trainer.predict runs the model: cpu | gpu | auto
+    progress: bool = True                        # progress bars for extraction and prediction
+    data: PredictDataConfig = field(default_factory=PredictDataConfig)
+
+    def rules(self) -> dict[str, tuple[bool, str]]:
+        return {"ckpt_path": (bool(self.ckpt_path), "a checkpoint file or a run folder"),
+                "accelerator": (self.accelerator in ACCELERATORS, one_of(ACCELERATORS))}
+
+
 RUN_SCHEMAS = {"train": TrainRunConfig, "evaluate": EvaluateRunConfig, "extract": ExtractRunConfig,
-               "serve": ServeRunConfig}
+               "serve": ServeRunConfig, "predict": PredictRunConfig}

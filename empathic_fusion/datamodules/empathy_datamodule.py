@@ -32,7 +32,7 @@ from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
 from empathic_fusion.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
-from empathic_fusion.datamodules.windows import build_windows
+from empathic_fusion.datamodules.windows import build_windows, rating_frames
 from empathic_fusion.core.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width
 from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
@@ -101,6 +101,8 @@ class EmpathyDataModule(L.LightningDataModule):
         self.datasets: dict[str, WindowBatches | WindowDataset] = {}
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
+        self.skipped: dict[int, str] = {}  # rating (row of self.ratings) without windows -> why
+        self.dataset: EmpathyDataset | None = None  # what setup read (sessions, transcripts, fps)
         self._prepared = False
 
     # ---- preparation -------------------------------------------------------------------------
@@ -112,7 +114,8 @@ class EmpathyDataModule(L.LightningDataModule):
 
             generate_demo(self.dataset_dir, DemoConfig(**self.demo), workers=self.extract_workers)
         store = FeatureStore(self.store_dir)
-        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash)
+        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash,
+                               ratings_required=not self.predict)
         for warning in dataset.warnings:
             warn_data(warning)
         report = extract_features(dataset, store, self.modalities, self.features, workers=self.extract_workers)
@@ -207,6 +210,18 @@ class EmpathyDataModule(L.LightningDataModule):
             valid |= usable
         return valid
 
+    def _skip_reasons(self, dataset: EmpathyDataset, session_frames: dict[str, int], windows) -> dict[int, str]:
+        """Why each rating (row of self.ratings) without a window has none: no transcript, no readable
+        modality, no phase, a phase past the media's end, or no valid frame in any window."""
+        reasons = {}
+        for index in sorted(set(self.ratings.index) - set(windows.rating_index)):
+            rating = self.ratings.loc[index]
+            frames = rating_frames(rating.session_id, rating.story_id, dataset.transcripts, session_frames,
+                                   self.scenario, dataset.fps)
+            reasons[int(index)] = frames if isinstance(frames, str) else (
+                f"no window has a valid frame (a face, participant speech or transcript text) in any of {self.modalities}")
+        return reasons
+
     def _drop_empty_windows(self, windows, store: FeatureStore, session_frames: dict[str, int], speaking: dict,
                             missing: set):
         """Leave out windows with no valid frame in any selected modality (they carry no evidence but
@@ -229,7 +244,9 @@ class EmpathyDataModule(L.LightningDataModule):
         of every rating (of `ratings_of(dataset)` when given) that has a valid frame; setup's first half,
         shared by the train/val/test and the predict splits."""
         store = FeatureStore(self.store_dir)
-        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash)
+        dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash,
+                               ratings_required=not self.predict)
+        self.dataset = dataset
         self.warnings = list(dataset.warnings)
         self.generated = self.demo is not None or dataset.generated
         stories = store.entry(DATASET_KEY, "stories")
@@ -248,6 +265,7 @@ class EmpathyDataModule(L.LightningDataModule):
                                        dataset.fps, self.window_frames, self.stride_seconds)
         self.warnings += notes
         windows = self._drop_empty_windows(windows, store, session_frames, speaking, missing)
+        self.skipped = self._skip_reasons(dataset, session_frames, windows)
         if windows.empty:
             raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
         return dataset, store, stories, session_frames, speaking, windows
@@ -404,9 +422,17 @@ class EmpathyDataModule(L.LightningDataModule):
 
 def predict_ratings(dataset: EmpathyDataset) -> pd.DataFrame:
     """What the predict split scores: ratings.csv's (session, story) pairs with their ratings, and for a
-    session with no rating one row per story with an unknown (NaN) rating."""
+    session with no rating one row per story its transcript names (reflection rows name the story
+    reflected on), or per story of stories.csv when it names none, with an unknown (NaN) rating. An
+    unrated session without a transcript has no phases, so no pair (the loader warns about it)."""
     rated = set(dataset.ratings.session_id)
-    unrated = [(sid, story, np.nan, dataset.sessions.participant_id[sid])
-               for sid in dataset.sessions.index if sid not in rated for story in dataset.stories.index]
+    unrated = []
+    for sid in dataset.sessions.index:
+        transcript = dataset.transcripts.get(sid)
+        if sid in rated or transcript is None:
+            continue
+        named = [s for s in dict.fromkeys(transcript.story_id) if s]
+        unrated += [(sid, story, np.nan, dataset.sessions.participant_id[sid])
+                    for story in (named or dataset.stories.index)]
     extra = pd.DataFrame(unrated, columns=["session_id", "story_id", "empathy", "participant_id"])
     return pd.concat([dataset.ratings, extra], ignore_index=True) if len(extra) else dataset.ratings

@@ -35,6 +35,26 @@ def window_starts(span_frames: tuple[int, int], n_frames: int, length: int, stri
     return np.array([min(max(centred, 0), max(n_frames - length, 0))], dtype=np.int64)
 
 
+def rating_frames(session_id: str, story_id: str, transcripts: dict[str, pd.DataFrame],
+                  session_frames: dict[str, int], scenario: str, fps: float) -> tuple[int, int] | str:
+    """The [start, end) frames of a (session, story) pair's phase, or why it has none: the one place
+    that decides whether a rating gets windows (training skips it with a warning; prediction lists it
+    with the reason)."""
+    if session_id not in transcripts:
+        return f"no transcript (transcripts/{session_id}.csv is missing), so its phases are unknown"
+    if session_id not in session_frames:
+        return "none of the model's modalities could be read for this session (see the feature store's failures.json)"
+    span = phase_span(transcripts[session_id], scenario, story_id)
+    if span is None:
+        return f"no {scenario} utterances" + (f" naming story '{story_id}'" if scenario == "reflection" else "")
+    n_frames = session_frames[session_id]
+    frames = (int(math.floor(span[0] * fps)), min(int(math.ceil(span[1] * fps)), n_frames))
+    if frames[0] >= n_frames:
+        return (f"the {scenario} utterances start at {span[0]:.1f} s, after the session's media end "
+                f"({n_frames / fps:.1f} s)")
+    return frames
+
+
 def build_windows(ratings: pd.DataFrame, transcripts: dict[str, pd.DataFrame], session_frames: dict[str, int],
                   scenario: str, fps: float, length: int, stride_seconds: float) -> tuple[pd.DataFrame, list[str]]:
     """Window index (rating_index, session_id, start) for every rating that has its phase; warnings."""
@@ -44,15 +64,9 @@ def build_windows(ratings: pd.DataFrame, transcripts: dict[str, pd.DataFrame], s
         sid = rating.session_id
         if sid not in transcripts or sid not in session_frames:
             continue  # excluded upstream, with its own warning
-        span = phase_span(transcripts[sid], scenario, rating.story_id)
-        if span is None:
-            warnings.append(f"session '{sid}', story '{rating.story_id}': no {scenario} utterances; rating skipped")
-            continue
-        n_frames = session_frames[sid]
-        frames = (int(math.floor(span[0] * fps)), min(int(math.ceil(span[1] * fps)), n_frames))
-        if frames[0] >= n_frames:
-            warnings.append(f"session '{sid}', story '{rating.story_id}': the {scenario} utterances start at "
-                            f"{span[0]:.1f} s, after the session's media end ({n_frames / fps:.1f} s); rating skipped")
+        frames = rating_frames(sid, rating.story_id, transcripts, session_frames, scenario, fps)
+        if isinstance(frames, str):
+            warnings.append(f"session '{sid}', story '{rating.story_id}': {frames}; rating skipped")
             continue
         for start in window_starts(frames, session_frames[sid], length, stride):
             rows.append((rating_index, sid, int(start)))

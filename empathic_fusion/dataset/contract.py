@@ -297,11 +297,15 @@ def _load_transcript(path: Path, rel: str, stories: pd.DataFrame, problems: list
     return table.sort_values("start", kind="stable").reset_index(drop=True)
 
 
-def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, problems: list[Problem]) -> pd.DataFrame:
+def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, problems: list[Problem],
+                  required: bool = True) -> pd.DataFrame:
     rel = "ratings.csv"
+    empty = pd.DataFrame(columns=["session_id", "story_id", "empathy", "participant_id"])
+    if not required and not (root / rel).exists():
+        return empty  # new recordings to score: nobody has rated them yet
     table = _read_table(root / rel, ("session_id", "story_id", "empathy"), problems, rel)
     if table is None:
-        return pd.DataFrame(columns=["session_id", "story_id", "empathy", "participant_id"])
+        return empty
     seen: dict[tuple[str, str], int] = {}
     for i, row in table.iterrows():
         if row.session_id not in sessions.index:
@@ -320,11 +324,14 @@ def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, pro
 
 
 def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | None = None,
-                 allow_shared_media: bool = False, file_hash: Callable[[Path], str] | None = None) -> EmpathyDataset:
+                 allow_shared_media: bool = False, file_hash: Callable[[Path], str] | None = None,
+                 ratings_required: bool = True) -> EmpathyDataset:
     """Read and validate the dataset at root; raise DatasetError listing every problem found. With
     `modalities`, media files are required only where those modalities read them (v+t never opens audio).
     A recording (same sha256) that sessions of two participants name is an error, or a warning with
-    `allow_shared_media`; `file_hash` lets a caller pass a cached hasher (FeatureStore.file_hash)."""
+    `allow_shared_media`; `file_hash` lets a caller pass a cached hasher (FeatureStore.file_hash).
+    `ratings_required=False` (scoring new recordings) reads a dataset without ratings.csv as unrated;
+    a ratings.csv that is there is checked as always."""
     root = Path(root).resolve()
     problems: list[Problem] = []
     meta_path = root / "dataset.yaml"
@@ -346,7 +353,7 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
                               tuple(modalities) if modalities is not None else ("video", "audio", "text"),
                               allow_shared_media, file_hash)
     stories = _load_stories(root, problems)
-    ratings = _load_ratings(root, sessions, stories, problems)
+    ratings = _load_ratings(root, sessions, stories, problems, ratings_required)
     transcripts: dict[str, pd.DataFrame] = {}
     for session_id in sessions.index:
         rel = f"transcripts/{session_id}.csv"

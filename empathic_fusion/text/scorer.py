@@ -67,9 +67,10 @@ class TextScorer:
             "persona_columns": list(self.persona.columns), "levels": info.get("levels")}
         return TextDataModule.for_checkpoint(data_cfg, info, rows, self.module.frozen_encoder)
 
-    def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+    def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
+              progress: bool = False) -> dict[str, np.ndarray]:
         """Scores for N rows (raw: not clipped to the label scale), through trainer.predict."""
-        pred = predict(self.module, self.datamodule(fields, persona), self.accelerator).numpy()
+        pred = predict(self.module, self.datamodule(fields, persona), self.accelerator, progress).numpy()
         out = {name: pred[:, j] for j, name in enumerate(self.module.label_names)}
         if len(self.module.label_names) > 1:
             out[OVERALL] = pred.mean(1)

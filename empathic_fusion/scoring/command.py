@@ -1,0 +1,117 @@
+"""What `empathic-predict` runs: read the checkpoint's kind, score the data, write the tables and the card.
+
+Outputs, in `out_dir` (default: the run's folder):
+  predictions.csv          fusion: one row per (session, story) pair; text: one row per input row,
+                           its columns kept. Rows that could not be scored stay, with `status` and `reason`.
+  session_predictions.csv  fusion: one row per session of sessions.csv
+  window_predictions.csv   fusion: one row per window (start and end in seconds)
+  model_card.md            the checkpoint's model card (model, training data, test metrics, interval)
+Nothing leaves the machine: no logger is used.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from empathic_fusion.config import validate
+from empathic_fusion.core.files import atomic_write_text
+from empathic_fusion.models.card import ModelCard, fusion_card, text_card
+from empathic_fusion.models.checkpoints import checkpoint_header, metrics_note, read_checkpoint, resolve_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PredictResult:
+    kind: str  # fusion | text
+    out_dir: Path
+    scored: int
+    not_scored: int
+
+
+def default_store(data_dir: str | Path, dataset_dir: Path) -> Path:
+    """A store per dataset folder that reruns find again: `<data_dir>/features/predict/<name>-<path hash>`."""
+    resolved = dataset_dir.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:10]
+    return Path(data_dir) / "features" / "predict" / f"{resolved.name}-{digest}"
+
+
+def _write_csv(table, path: Path) -> None:
+    atomic_write_text(path, table.to_csv(index=False))
+
+
+def run_predict(cfg: DictConfig) -> PredictResult:
+    """Score `data.dataset_dir` (fusion checkpoint) or `data.path` (text checkpoint) with `ckpt_path`."""
+    validate(cfg)
+    ckpt = resolve_checkpoint(cfg.ckpt_path)
+    checkpoint = read_checkpoint(ckpt)
+    kind = checkpoint_header(checkpoint, ckpt)["module"]
+    out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = cfg.data
+    if kind == "fusion":
+        if not data.dataset_dir or data.path:
+            raise ValueError(f"{ckpt} is a fusion checkpoint: give data.dataset_dir=<dataset folder> "
+                             "(data.path= is for text checkpoints)")
+        card = fusion_card(ckpt, checkpoint, metrics_note(ckpt))
+        del checkpoint
+        scored, not_scored = _predict_dataset(cfg, ckpt, card, out_dir)
+    elif kind == "text":
+        if not data.path or data.dataset_dir:
+            raise ValueError(f"{ckpt} is a text checkpoint: give data.path=<CSV table> "
+                             "(data.dataset_dir= is for fusion checkpoints)")
+        card = text_card(ckpt, checkpoint, metrics_note(ckpt))
+        del checkpoint
+        scored, not_scored = _predict_table(cfg, ckpt, card, out_dir)
+    else:
+        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores fusion and text checkpoints")
+    atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
+    print(f"{scored} scored, {not_scored} not scored (listed with the reason in {out_dir}); predictions in "
+          f"{out_dir / 'predictions.csv'}")
+    if card.banner():
+        print(card.banner().replace("**", ""))
+    return PredictResult(kind, out_dir, scored, not_scored)
+
+
+def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
+    from empathic_fusion.models.checkpoints import load_module
+    from empathic_fusion.scoring.fusion import score_dataset
+
+    model = load_module(ckpt, kind="fusion").eval()
+    dataset_dir = Path(cfg.data.dataset_dir)
+    store_dir = Path(cfg.data.store_dir) if cfg.data.store_dir else default_store(cfg.paths.data_dir, dataset_dir)
+    log.info("scoring %s with %s (features in %s)", dataset_dir, ckpt, store_dir)
+    scores = score_dataset(model, card, dataset_dir, store_dir, cfg.accelerator, int(cfg.data.extract_workers),
+                           cfg.data.batch_size, bool(cfg.progress))
+    _write_csv(scores.pairs, out_dir / "predictions.csv")
+    _write_csv(scores.sessions, out_dir / "session_predictions.csv")
+    _write_csv(scores.windows, out_dir / "window_predictions.csv")
+    unscored = scores.pairs[scores.pairs.status != "scored"]
+    for reason, rows in unscored.groupby("reason").session_id:
+        sessions = list(dict.fromkeys(rows))
+        log.warning("not scored: %d pair(s) of session(s) %s: %s", len(rows),
+                    ", ".join(sessions[:5]) + (f" and {len(sessions) - 5} more" if len(sessions) > 5 else ""), reason)
+    empty = scores.sessions[scores.sessions.stories_scored + scores.sessions.stories_not_scored == 0]
+    for row in empty.itertuples():
+        log.warning("not scored: session '%s': %s", row.session_id, row.reason)
+    return scores.scored, len(unscored) + len(empty)
+
+
+def _predict_table(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
+    import empathic_fusion.text  # noqa: F401  (registers the text module)
+    from empathic_fusion.scoring.table import score_table
+    from empathic_fusion.text.scorer import TextScorer
+
+    scorer = TextScorer.load(ckpt, cfg.accelerator)
+    table = score_table(scorer, card, Path(cfg.data.path), bool(cfg.progress))
+    _write_csv(table, out_dir / "predictions.csv")
+    unscored = table[table.status != "scored"]
+    for reason, rows in unscored.groupby("reason").groups.items():
+        lines = [str(i + 2) for i in list(rows)[:10]]
+        log.warning("not scored: %s, %d row(s) (line %s%s): %s", cfg.data.path, len(rows), ", ".join(lines),
+                    ", ..." if len(rows) > 10 else "", reason)
+    return int((table.status == "scored").sum()), len(unscored)

@@ -1,0 +1,170 @@
+"""Score a folder of recordings with a fusion checkpoint, through the training data path.
+
+The checkpoint's own data and feature config builds an `EmpathyDataModule` with its predict split over
+the new dataset (ratings.csv optional): `prepare_data` validates the dataset and extracts what its
+store lacks, `setup` builds the windows z-scored with the training statistics the checkpoint carries,
+and `trainer.predict` runs the module's `predict_step` (the web app's Clip tab scores one clip the same
+way). Every (session, story) pair the predict split holds comes back, scored or with the reason it
+could not be.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+import torch
+
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.dataset.scale import target_to_rating
+from empathic_fusion.metrics import aggregate_by_rating
+from empathic_fusion.models.card import ModelCard
+from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.predict import predict
+
+OUTPUT = "empathy"  # the fusion model's one output (the model card's name for it)
+
+
+def missing_statistics(model: EmpathyModule) -> list[str]:
+    """The model's modalities that its data config z-scores but whose training statistics the checkpoint
+    lacks (checkpoints written before they were recorded): such a checkpoint cannot score new data."""
+    normalized = model.hparams.run_config["data"].get("normalize") or []
+    return [m for m in model.modalities if m in normalized and m not in (model.normalization or {})]
+
+
+def predict_datamodule(model: EmpathyModule, dataset_dir: Path, store_dir: Path, extract_workers: int = 1,
+                       batch_size: int | None = None) -> EmpathyDataModule:
+    """The checkpoint's data config over another dataset: its predict split, the checkpoint's statistics."""
+    run_config = model.hparams.run_config
+    missing = missing_statistics(model)
+    if missing:
+        raise ValueError(f"the checkpoint carries no training normalisation statistics for {missing} (checkpoints "
+                         "written before they were recorded); retrain to score new data with it")
+    data_cfg = {**run_config["data"], "dataset_dir": str(dataset_dir), "store_dir": str(store_dir), "demo": None,
+                "extract_workers": int(extract_workers), "num_workers": 0,
+                **({"batch_size": int(batch_size)} if batch_size else {})}
+    build = hydra.utils.instantiate(data_cfg, _partial_=True, _convert_="all")
+    return build(modalities=list(model.modalities), features=dict(run_config["features"]), predict=True,
+                 stats=model.normalization)
+
+
+@dataclass
+class DatasetScores:
+    """A dataset's predictions: one row per (session, story) pair, one per session, one per window."""
+
+    pairs: pd.DataFrame
+    sessions: pd.DataFrame
+    windows: pd.DataFrame
+    failures: list[dict] = field(default_factory=list)  # extraction failures (session, branch, error)
+
+    @property
+    def scored(self) -> int:
+        return int((self.pairs.status == "scored").sum())
+
+
+def score_dataset(model: EmpathyModule, card: ModelCard, dataset_dir: Path, store_dir: Path,
+                  accelerator: str = "cpu", extract_workers: int = 1, batch_size: int | None = None,
+                  progress: bool = True) -> DatasetScores:
+    """Extract what is missing, then predict every (session, story) pair of the dataset. Raises
+    DatasetError (file, line, field) for a dataset that breaks the contract."""
+    datamodule = predict_datamodule(model, dataset_dir, store_dir, extract_workers, batch_size)
+    datamodule.prepare_data()
+    failures = list(datamodule.extraction_report.failures)
+    try:
+        datamodule.setup("predict")
+    except RuntimeError:
+        ratings = getattr(datamodule, "ratings", None)
+        if ratings is None or not len(ratings) or len(datamodule.skipped) != len(ratings):
+            raise
+        return _tables(datamodule, card, None, None, failures)  # not one window: every pair with its reason
+    pred = predict(model, datamodule, accelerator, progress).numpy()
+    return _tables(datamodule, card, datamodule.datasets["predict"].windows, pred, failures)
+
+
+def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFrame | None, pred: np.ndarray | None,
+            failures: list[dict]) -> DatasetScores:
+    ratings = datamodule.ratings
+    half_width = card.interval(OUTPUT)
+    fps = datamodule.dataset.fps
+    masked = _masked_modalities(datamodule)
+    pairs = pd.DataFrame({"session_id": ratings.session_id.to_numpy(), "participant_id": ratings.participant_id.to_numpy(),
+                          "story_id": ratings.story_id.to_numpy(), "scenario": datamodule.scenario})
+    pairs["predicted"] = np.nan
+    pairs["raw_predicted"] = np.nan
+    pairs["clipped"] = False
+    pairs["interval_low"] = np.nan
+    pairs["interval_high"] = np.nan
+    pairs["windows"] = 0
+    pairs["masked_modalities"] = [masked.get(sid, "") for sid in pairs.session_id]
+    pairs["self_report"] = pd.to_numeric(ratings.empathy, errors="coerce").to_numpy()
+    pairs["status"] = "not scored"
+    pairs["reason"] = [datamodule.skipped.get(int(i), "") for i in ratings.index]
+    window_rows = pd.DataFrame(columns=["session_id", "participant_id", "story_id", "start_s", "end_s",
+                                        "predicted", "raw_predicted"])
+    if windows is not None and pred is not None:
+        index = torch.tensor(windows.rating_index.to_numpy(dtype=np.int64))
+        means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), index)
+        counts = windows.rating_index.value_counts()
+        position = {rating: i for i, rating in enumerate(ratings.index)}
+        for rating, mean in zip(ids.tolist(), means.tolist()):
+            row = position[rating]
+            raw = float(target_to_rating(mean))
+            value, outside = card.clip(raw)
+            pairs.loc[row, ["predicted", "raw_predicted", "clipped", "windows", "status", "reason"]] = [
+                value, raw, outside, int(counts[rating]), "scored", ""]
+            if half_width is not None:
+                low, high = value - half_width, value + half_width
+                if card.scale is not None:
+                    low, high = max(low, card.scale[0]), min(high, card.scale[1])
+                pairs.loc[row, ["interval_low", "interval_high"]] = [low, high]
+        raw_windows = np.asarray(target_to_rating(pred), dtype=float)
+        clipped_windows = [card.clip(float(v))[0] for v in raw_windows]
+        rated = ratings.loc[windows.rating_index.to_numpy()]
+        window_rows = pd.DataFrame({"session_id": windows.session_id.to_numpy(),
+                                    "participant_id": rated.participant_id.to_numpy(),
+                                    "story_id": rated.story_id.to_numpy(),
+                                    "start_s": windows.start.to_numpy() / fps,
+                                    "end_s": (windows.start.to_numpy() + datamodule.window_frames) / fps,
+                                    "predicted": clipped_windows, "raw_predicted": raw_windows})
+    return DatasetScores(pairs, _session_table(datamodule, pairs, failures), window_rows, failures)
+
+
+def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:
+    """Per session, the modalities (or branches) its windows read as masked: missing, failed or stale."""
+    masked: dict[str, list[str]] = {}
+    for item in sorted(datamodule.missing, key=lambda t: tuple(map(str, t))):
+        name = item[1] if len(item) == 2 else f"{item[1]}:{item[2]}"
+        if len(item) == 3 and (item[0], item[1]) in datamodule.missing:
+            continue  # the whole modality is masked: named once
+        masked.setdefault(item[0], []).append(name)
+    return {sid: "+".join(names) for sid, names in masked.items()}
+
+
+def _session_table(datamodule: EmpathyDataModule, pairs: pd.DataFrame, failures: list[dict]) -> pd.DataFrame:
+    """One row per session of sessions.csv: its pairs scored and not, the mean prediction, and why a
+    session with nothing scored has nothing (its pairs' reasons, its extraction failures)."""
+    sessions = datamodule.dataset.sessions
+    failed: dict[str, list[str]] = {}
+    for failure in failures:
+        failed.setdefault(failure["session_id"], []).append(f"{failure['branch']}: {failure['error']}")
+    rows: list[dict[str, Any]] = []
+    for sid, session in sessions.iterrows():
+        own = pairs[pairs.session_id == sid]
+        scored = own[own.status == "scored"]
+        reasons = list(dict.fromkeys(r for r in own.reason if r))
+        rows.append({"session_id": sid, "participant_id": session.participant_id,
+                     "stories_scored": len(scored), "stories_not_scored": len(own) - len(scored),
+                     "mean_predicted": float(scored.predicted.mean()) if len(scored) else np.nan,
+                     "masked_modalities": own.masked_modalities.iloc[0] if len(own) else "",
+                     "extraction_failures": "; ".join(failed.get(sid, [])),
+                     "reason": "" if len(scored) else "; ".join(reasons) or _no_pair_reason(datamodule, sid)})
+    return pd.DataFrame(rows)
+
+
+def _no_pair_reason(datamodule: EmpathyDataModule, session_id: str) -> str:
+    if session_id not in datamodule.dataset.transcripts:
+        return f"no transcript (transcripts/{session_id}.csv is missing), so its phases and stories are unknown"
+    return "no (session, story) pair to score"

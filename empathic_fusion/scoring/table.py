@@ -1,0 +1,110 @@
+"""Score a text table with a text checkpoint: one row of scores per input row, the input columns kept.
+
+The table needs the checkpoint's text columns; its labels are not needed (and not read). Persona
+columns the model was trained with are read when present; a missing column, an unseen category or a
+number that does not parse counts as unknown, with a warning. A row whose text fields are all empty
+cannot be scored and is kept with the reason. Scores go through `TextScorer` (the checkpoint's predict
+split and `trainer.predict`, whose encoder warns about texts in languages it was not trained for), are
+clipped to the label scale and carry the model card's interval.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from empathic_fusion.models.card import ModelCard
+from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.utils.run_output import warn_data
+
+PREFIX = "predicted_"  # score columns: predicted_<output>, so they never collide with the table's own columns
+
+
+class TableError(ValueError):
+    """A table that cannot be scored at all; the message names the file and what is wrong."""
+
+
+def read_table(path: Path, fields: list[str]) -> pd.DataFrame:
+    """The table as strings (every column kept as written); raises TableError naming the file."""
+    if not path.is_file():
+        raise TableError(f"{path}: file not found (data.path= names the CSV table to score)")
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise TableError(f"{path}, line {line}: is not UTF-8 (byte 0x{raw[error.start]:02x}); save the file as UTF-8") from None
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as error:
+        raise TableError(f"{path}: cannot be parsed as CSV ({error})") from None
+    missing = [f for f in fields if f not in table.columns]
+    if missing:
+        raise TableError(f"{path}: missing text column(s) {missing} that the model reads; found {list(table.columns)}")
+    clash = [c for c in table.columns if c.startswith(PREFIX) or c in ("status", "reason")]
+    if clash:
+        raise TableError(f"{path}: column(s) {clash} would be overwritten by the scores; rename them")
+    return table
+
+
+def _persona(scorer: TextScorer, table: pd.DataFrame, path: Path) -> pd.DataFrame | None:
+    """The persona columns as the model reads them; what it cannot read is unknown, with a warning."""
+    encoder = scorer.persona
+    if not encoder.columns:
+        return None
+    persona = pd.DataFrame(index=table.index)
+    for column in encoder.columns:
+        if column not in table.columns:
+            warn_data(f"{path}: no persona column '{column}'; every row's '{column}' is unknown to the model")
+            persona[column] = None
+            continue
+        values = table[column].where(table[column].str.strip() != "", None)
+        if column in encoder.numeric:
+            numbers = pd.to_numeric(values, errors="coerce")
+            bad = values.notna() & numbers.isna()
+            persona[column] = numbers
+        else:
+            bad = values.notna() & ~values.isin(encoder.categorical.get(column, []))
+            persona[column] = values
+        if bad.any():
+            lines = ", ".join(str(i + 2) for i in np.flatnonzero(bad.to_numpy())[:5])
+            warn_data(f"{path}, field '{column}': {int(bad.sum())} row(s) (lines {lines}{', ...' if bad.sum() > 5 else ''}) "
+                      f"hold a value the model did not see in training; it counts as unknown")
+    return persona
+
+
+def score_table(scorer: TextScorer, card: ModelCard, path: Path, progress: bool = True) -> pd.DataFrame:
+    """Every row of the table, in order, with its scores (or the reason it has none)."""
+    fields = list(scorer.fields)
+    table = read_table(path, fields)
+    empty = np.array([all(not str(row[f]).strip() for f in fields) for _, row in table.iterrows()], dtype=bool)
+    out = table.copy()
+    names = scorer.output_names
+    for name in names:
+        out[f"{PREFIX}{name}"] = np.nan
+        out[f"{PREFIX}{name}_raw"] = np.nan
+        out[f"{PREFIX}{name}_clipped"] = False
+        out[f"{PREFIX}{name}_low"] = np.nan
+        out[f"{PREFIX}{name}_high"] = np.nan
+    out["status"] = np.where(empty, "not scored", "scored")
+    out["reason"] = np.where(empty, f"every text field ({', '.join(fields)}) is empty", "")
+    rows = np.flatnonzero(~empty)
+    if len(rows):
+        persona = _persona(scorer, table, path)
+        raw = scorer.score({f: table[f].iloc[rows].tolist() for f in fields},
+                           None if persona is None else persona.iloc[rows].reset_index(drop=True), progress)
+        for name in names:
+            values = [card.clip(float(v)) for v in raw[name]]
+            clipped = np.array([v for v, _ in values])
+            out.loc[out.index[rows], f"{PREFIX}{name}"] = clipped
+            out.loc[out.index[rows], f"{PREFIX}{name}_raw"] = np.asarray(raw[name], dtype=float)
+            out.loc[out.index[rows], f"{PREFIX}{name}_clipped"] = [outside for _, outside in values]
+            half_width = card.interval(name)
+            if half_width is not None:
+                low, high = clipped - half_width, clipped + half_width
+                if card.scale is not None:
+                    low, high = np.maximum(low, card.scale[0]), np.minimum(high, card.scale[1])
+                out.loc[out.index[rows], f"{PREFIX}{name}_low"] = low
+                out.loc[out.index[rows], f"{PREFIX}{name}_high"] = high
+    return out

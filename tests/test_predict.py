@@ -1,0 +1,159 @@
+"""`empathic-predict`: from a folder outside the repository, after a non-editable install of the package,
+it scores a copy of the demo dataset without ratings.csv (every (session, story) pair and every session
+exactly once, unscorable ones with their reason) and a text table without labels (every row exactly once,
+in order, its columns kept), writing the checkpoint's model card beside the predictions."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from empathic_fusion.utils import PROJECT_ROOT
+
+FORMAT2 = Path(__file__).parent / "data" / "format2"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """The package built as a wheel from a copy of the source and installed (not editable) into a folder of
+    its own; the environment that runs its console scripts from there."""
+    root = tmp_path_factory.mktemp("install")
+    source = root / "source"
+    shutil.copytree(PROJECT_ROOT / "empathic_fusion", source / "empathic_fusion",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(PROJECT_ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(root / "wheel"), str(source)],
+                   check=True, capture_output=True, cwd=root)
+    wheel = next((root / "wheel").glob("empathic_fusion-*.whl"))
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(root / "site"), str(wheel)], check=True,
+                   capture_output=True, cwd=root)
+    env = {**os.environ, "PYTHONPATH": str(root / "site"), "OMP_NUM_THREADS": "1"}
+    where = subprocess.run([sys.executable, "-c", "import empathic_fusion; print(empathic_fusion.__file__)"],
+                           env=env, cwd=root, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(root / "site")), where  # the installed copy, not the source checkout
+    return {"env": env, "script": str(root / "site" / "bin" / "empathic-predict"), "cwd": str(root)}
+
+
+def _predict(installed: dict, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, installed["script"], *overrides, "progress=false"], env=installed["env"],
+                          cwd=installed["cwd"], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def text_fusion_run(tiny_dataset, tiny_store, tmp_path_factory) -> Path:
+    """One epoch of the default fusion model on the tiny demo's text modality (with its test report)."""
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
+
+    out = tmp_path_factory.mktemp("text_fusion_run")
+    train(compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
+                          "modality=t", "data.split_fractions=[0.6,0.2,0.2]", "data.extract_workers=1",
+                          "trainer.max_epochs=1", "evaluation.bootstrap=50", "trainer.accelerator=cpu",
+                          "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "logger=none"],
+                         out))
+    return out
+
+
+@pytest.mark.slow
+def test_predict_scores_an_unrated_dataset_from_an_installed_package(installed, text_fusion_run, tiny_dataset,
+                                                                     tmp_path):
+    dataset = Path(shutil.copytree(tiny_dataset, tmp_path / "new_sessions"))
+    (dataset / "ratings.csv").unlink()
+    sessions = pd.read_csv(dataset / "sessions.csv", dtype=str).session_id.tolist()
+    lost, silent = sessions[0], sessions[1]
+    (dataset / "transcripts" / f"{lost}.csv").unlink()  # phases and stories unknown: the session is listed
+    transcript = dataset / "transcripts" / f"{silent}.csv"  # no story share: its pairs are listed, not scored
+    rows = pd.read_csv(transcript, dtype=str, keep_default_na=False)
+    rows[rows.phase != "story_share"].to_csv(transcript, index=False)
+    out = tmp_path / "out"
+    done = _predict(installed, f"ckpt_path={text_fusion_run}", f"data.dataset_dir={dataset}",
+                    f"data.store_dir={tmp_path / 'store'}", f"out_dir={out}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    assert "data warning(s) in this run" in log and f"session '{lost}'" in log
+
+    pairs = pd.read_csv(out / "predictions.csv", dtype={"session_id": str, "story_id": str})
+    expected = {(sid, story) for sid in sessions[1:] for story in
+                pd.read_csv(dataset / "transcripts" / f"{sid}.csv", dtype=str, keep_default_na=False).story_id if story}
+    assert len(pairs) == len(expected) and set(zip(pairs.session_id, pairs.story_id)) == expected  # each once
+    scored = pairs[pairs.status == "scored"]
+    assert set(scored.session_id) == set(sessions[2:])
+    assert scored.predicted.between(1, 5).all() and (scored.windows > 0).all()
+    assert (scored.interval_low <= scored.predicted).all() and (scored.predicted <= scored.interval_high).all()
+    unscored = pairs[pairs.status != "scored"]
+    assert set(unscored.session_id) == {silent} and (unscored.reason == "no story_share utterances").all()
+    assert pairs.self_report.isna().all()  # nobody rated these
+
+    per_session = pd.read_csv(out / "session_predictions.csv", dtype={"session_id": str}).set_index("session_id")
+    assert sorted(per_session.index) == sorted(sessions)  # every session exactly once
+    assert per_session.loc[lost, "stories_scored"] == 0 and "no transcript" in per_session.loc[lost, "reason"]
+    assert per_session.loc[silent, "stories_scored"] == 0 and "no story_share" in per_session.loc[silent, "reason"]
+    assert (per_session.drop(index=[lost, silent]).stories_scored > 0).all()
+    windows = pd.read_csv(out / "window_predictions.csv", dtype={"session_id": str, "story_id": str})
+    means = windows.groupby(["session_id", "story_id"]).raw_predicted.mean()
+    indexed = scored.set_index(["session_id", "story_id"])
+    assert np.allclose(means.loc[indexed.index].to_numpy(), indexed.raw_predicted.to_numpy(), atol=1e-5)
+    assert "Demo model" in done.stdout and "**Model:**" in (out / "model_card.md").read_text()
+
+    # the numbers are the model's: the test split's pairs get the test report's predictions
+    test = pd.read_csv(text_fusion_run / "test_predictions.csv", dtype={"session_id": str, "story_id": str})
+    test = test[~test.session_id.isin([lost, silent])].set_index(["session_id", "story_id"])
+    assert len(test) and np.allclose(indexed.loc[test.index].raw_predicted.to_numpy(), test.predicted.to_numpy(),
+                                     atol=1e-4)
+
+
+@pytest.mark.slow
+def test_predict_scores_a_text_table_without_labels_from_an_installed_package(installed, tmp_path):
+    expected = json.loads((FORMAT2 / "expected.json").read_text())
+    texts = expected["texts"]
+    table = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": [texts[0], "   ", texts[1], texts[2]],
+                          "note": ["x", "y", "", "z"]})
+    table.to_csv(tmp_path / "new.csv", index=False)
+    out = tmp_path / "out"
+    done = _predict(installed, f"ckpt_path={FORMAT2 / 'text_regressor.ckpt'}", f"data.path={tmp_path / 'new.csv'}",
+                    f"out_dir={out}", f"hydra.run.dir={tmp_path / 'run'}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    scores = pd.read_csv(out / "predictions.csv", dtype={"id": str, "note": str}, keep_default_na=False)
+    assert scores.id.tolist() == ["a", "b", "c", "d"] and scores.note.tolist() == ["x", "y", "", "z"]  # kept, in order
+    assert scores.status.tolist() == ["scored", "not scored", "scored", "scored"]
+    assert "every text field (text) is empty" in scores.reason[1]
+    raw = pd.to_numeric(scores.predicted_emotional_raw[[0, 2, 3]]).to_numpy()
+    assert raw == pytest.approx(expected["text_scores"]["emotional"], abs=1e-4)  # what the checkpoint predicts
+    assert (out / "model_card.md").is_file()
+
+
+def test_predict_names_the_kind_of_data_a_checkpoint_needs(tmp_path):
+    from empathic_fusion.config import ConfigError
+    from empathic_fusion.scoring.command import run_predict
+    from empathic_fusion.utils.compose import compose_config
+
+    cfg = compose_config([f"ckpt_path={FORMAT2 / 'text_regressor.ckpt'}", f"data.dataset_dir={tmp_path}",
+                          f"out_dir={tmp_path / 'out'}"], tmp_path / "run", "predict")
+    with pytest.raises(ValueError, match="is a text checkpoint: give data.path="):
+        run_predict(cfg)
+    cfg = compose_config([f"ckpt_path={FORMAT2 / 'fusion_lf_lstm.ckpt'}", f"data.path={tmp_path / 'x.csv'}",
+                          f"out_dir={tmp_path / 'out'}"], tmp_path / "run", "predict")
+    with pytest.raises(ValueError, match="is a fusion checkpoint: give data.dataset_dir="):
+        run_predict(cfg)
+    with pytest.raises(ConfigError, match="ckpt_path=None: must be a checkpoint file or a run folder"):
+        run_predict(compose_config([], tmp_path / "run", "predict"))
+
+
+def test_a_table_without_the_models_text_column_is_refused_naming_file_and_columns(tmp_path):
+    from empathic_fusion.scoring.table import TableError, read_table
+
+    pd.DataFrame({"utterance": ["hi"]}).to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(TableError, match=r"t.csv: missing text column\(s\) \['text'\] that the model reads"):
+        read_table(tmp_path / "t.csv", ["text"])
+    (tmp_path / "latin1.csv").write_bytes("text\nsch\xf6n\n".encode("latin-1"))
+    with pytest.raises(TableError, match="latin1.csv, line 2: is not UTF-8"):
+        read_table(tmp_path / "latin1.csv", ["text"])
