@@ -77,8 +77,9 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     modalities = list(cfg.modality.names)
     prepare_demo(cfg)
     store = FeatureStore(data["store_dir"])
+    # features need no ratings: new recordings are extracted before anyone has rated them (empathic-predict)
     dataset = load_dataset(Path(data["dataset_dir"]), None if cfg.branches else modalities,
-                           bool(data["allow_shared_media"]), store.file_hash)
+                           bool(data["allow_shared_media"]), store.file_hash, ratings_required=False)
     for warning in dataset.warnings:
         warn_data(warning)
     branches = list(cfg.branches) if cfg.branches else None
