@@ -71,3 +71,17 @@ def test_a_renamed_class_is_found_by_its_earlier_path():
                                        "other": [{"_target_": "not.Registered"}]}
     with pytest.raises(KeyError, match="not a registered model"):
         model_class("nothing.Here")
+
+
+def test_a_format2_checkpoints_feature_config_with_the_renamed_cnn_half_key_still_builds_its_data(tmp_path):
+    """Its run config says features.cnn.half (now features.cnn.precision): scoring new data with it
+    builds the predict datamodule, reading half as the precision it meant."""
+    from empathic_fusion.config import with_defaults
+    from empathic_fusion.scoring.fusion import predict_datamodule
+
+    module = load_module(DATA / "fusion_lf_lstm.ckpt", kind="fusion")
+    saved = module.hparams.run_config["features"]
+    assert saved["cnn"]["half"] == "auto"
+    assert with_defaults(saved)["cnn"]["precision"] == "auto"
+    datamodule = predict_datamodule(module, tmp_path / "dataset", tmp_path / "store")
+    assert datamodule.predict and datamodule.branches == {"text": ["text"]}

@@ -8,10 +8,27 @@ from typing import Any
 from empathic_fusion.config.validate import typed
 
 
+# `features.cnn.half` (true | false | auto), which `precision` replaced: checkpoints and run configs saved
+# with it keep loading, read as the precision it meant
+LEGACY_HALF = {True: "fp16", False: "fp32", "auto": "auto"}
+
+
+def _translated(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A saved feature config in today's keys (the one renamed key: cnn.half -> cnn.precision)."""
+    cnn = cfg.get("cnn")
+    if not isinstance(cnn, dict) or "half" not in cnn:
+        return cfg
+    cnn = dict(cnn)
+    half = cnn.pop("half")
+    cnn.setdefault("precision", LEGACY_HALF.get(half, half))
+    return {**cfg, "cnn": cnn}
+
+
 def with_defaults(cfg: dict[str, Any] | None) -> dict[str, Any]:
     """The feature config with every missing section and key filled from its schema; an unknown key,
-    a wrong type or a branch of another modality is an error naming the key and value."""
-    return asdict(typed("features", cfg or {}))
+    a wrong type or a branch of another modality is an error naming the key and value. A config saved
+    with a renamed key (a checkpoint's run config) is read in today's keys."""
+    return asdict(typed("features", _translated(dict(cfg or {}))))
 
 
 def modality_branches(modality: str, cfg: dict[str, Any] | None) -> list[str]:
