@@ -109,8 +109,9 @@ class FaceMeshTracker:
             static_image_mode=False, max_num_faces=1, refine_landmarks=True,
             min_detection_confidence=min_detection_confidence, min_tracking_confidence=min_tracking_confidence)
 
-    def __call__(self, frame_bgr: np.ndarray) -> np.ndarray | None:
-        """Feature vector of the face in the frame, or None when no face is found."""
+    def landmarks(self, frame_bgr: np.ndarray) -> np.ndarray | None:
+        """The face's landmarks in pixels (478 x 3, z scaled like x), or None when no face is found. Frames
+        must come in video order: the mesh tracks the face from one frame to the next."""
         import cv2
 
         height, width = frame_bgr.shape[:2]
@@ -118,9 +119,13 @@ class FaceMeshTracker:
         self.last_points = None
         if not result.multi_face_landmarks:
             return None
-        points = landmark_array(result.multi_face_landmarks[0]) * (width, height, width)
-        self.last_points = points
-        return frame_features(points, width, height)
+        self.last_points = landmark_array(result.multi_face_landmarks[0]) * (width, height, width)
+        return self.last_points
+
+    def __call__(self, frame_bgr: np.ndarray) -> np.ndarray | None:
+        """Feature vector of the face in the frame, or None when no face is found."""
+        points = self.landmarks(frame_bgr)
+        return None if points is None else frame_features(points, frame_bgr.shape[1], frame_bgr.shape[0])
 
     def close(self) -> None:
         self._mesh.close()
