@@ -52,6 +52,7 @@ def store_copy(tiny_store, tmp_path) -> Path:
     return Path(shutil.copytree(tiny_store, tmp_path / "store"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group markers into node-id suffixes
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests that read the extracted tiny store are `slow` (extracting it is the slow part of a session);
     under `pytest -n 2 --dist loadgroup` (make test) every test of the tiny dataset runs in one worker, so

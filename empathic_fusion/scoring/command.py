@@ -25,6 +25,10 @@ from empathic_fusion.models.checkpoints import checkpoint_header, metrics_note, 
 log = logging.getLogger(__name__)
 
 
+# what each kind of checkpoint scores: its data key and what that names
+INPUTS = {"fusion": ("dataset_dir", "dataset folder"), "text": ("path", "CSV table")}
+
+
 @dataclass
 class PredictResult:
     kind: str  # fusion | text
@@ -52,23 +56,15 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     kind = checkpoint_header(checkpoint, ckpt)["module"]
     out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = cfg.data
-    if kind == "fusion":
-        if not data.dataset_dir or data.path:
-            raise ValueError(f"{ckpt} is a fusion checkpoint: give data.dataset_dir=<dataset folder> "
-                             "(data.path= is for text checkpoints)")
-        card = fusion_card(ckpt, checkpoint, metrics_note(ckpt))
-        del checkpoint
-        scored, not_scored = _predict_dataset(cfg, ckpt, card, out_dir)
-    elif kind == "text":
-        if not data.path or data.dataset_dir:
-            raise ValueError(f"{ckpt} is a text checkpoint: give data.path=<CSV table> "
-                             "(data.dataset_dir= is for fusion checkpoints)")
-        card = text_card(ckpt, checkpoint, metrics_note(ckpt))
-        del checkpoint
-        scored, not_scored = _predict_table(cfg, ckpt, card, out_dir)
-    else:
-        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores fusion and text checkpoints")
+    if kind not in INPUTS:
+        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores {' and '.join(INPUTS)} checkpoints")
+    (key, what), other = INPUTS[kind], next(name for name in INPUTS if name != kind)
+    if not cfg.data[key] or cfg.data[INPUTS[other][0]]:
+        raise ValueError(f"{ckpt} is a {kind} checkpoint: give data.{key}=<{what}> "
+                         f"(data.{INPUTS[other][0]}= is for {other} checkpoints)")
+    card = (fusion_card if kind == "fusion" else text_card)(ckpt, checkpoint, metrics_note(ckpt))
+    del checkpoint
+    scored, not_scored = (_predict_dataset if kind == "fusion" else _predict_table)(cfg, ckpt, card, out_dir)
     atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
     print(f"{scored} scored, {not_scored} not scored (listed with the reason in {out_dir}); predictions in "
           f"{out_dir / 'predictions.csv'}")
