@@ -95,10 +95,10 @@ class ClipScorer:
             raise ValueError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
         self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
         run_config = self.model.hparams.run_config
-        if missing_statistics(self.model):
-            raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics for "
-                             f"{missing_statistics(self.model)} (checkpoints written before they were recorded); "
-                             "retrain to score new clips with it")
+        missing = missing_statistics(self.model)
+        if missing:
+            raise ValueError(f"{self.ckpt_path} carries no training normalisation statistics for {missing} "
+                             "(checkpoints written before they were recorded); retrain to score new clips with it")
         self.data_cfg = dict(run_config["data"])
         self.features = dict(run_config["features"])
         self.modalities = list(self.model.modalities)

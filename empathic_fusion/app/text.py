@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from empathic_fusion.models.card import ModelCard, text_card
+from empathic_fusion.models.card import ModelCard, interval_bounds, text_card
 from empathic_fusion.core.language import detect_language, is_untrained_language
 from empathic_fusion.models.checkpoints import WrongKindError, metrics_note, read_checkpoint, resolve_checkpoint
 from empathic_fusion.text.scorer import TextScorer
@@ -25,9 +25,7 @@ class Score:
     def describe(self, name: str, scale: tuple[float, float] | None) -> str:
         text = f"{name}: {self.value:.2f}"
         if self.half_width is not None:
-            low, high = self.value - self.half_width, self.value + self.half_width
-            if scale is not None:
-                low, high = max(low, scale[0]), min(high, scale[1])
+            low, high = interval_bounds(self.value, self.half_width, scale)
             text += f" (interval {low:.2f} to {high:.2f})"
         if self.outside:
             text += f"; the raw score {self.raw:.3f} is outside the {scale[0]:g}-{scale[1]:g} scale and was clipped"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from empathic_fusion.dataset.scale import SELF_REPORT
@@ -27,6 +28,15 @@ from empathic_fusion.models.checkpoints import checkpoint_header
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
 BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
           "not real empathy.")
+
+
+def interval_bounds(value, half_width: float, scale: tuple[float, float] | None):
+    """The interval value +- half_width, cut to the label scale when there is one (value: a number or an
+    array of them)."""
+    low, high = value - half_width, value + half_width
+    if scale is not None:
+        low, high = np.maximum(low, scale[0]), np.minimum(high, scale[1])
+    return low, high
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,12 @@ class ModelCard:
         metrics = self.test.get(output)
         rmse = metrics.rmse if metrics is not None else None
         return Z95 * rmse if rmse is not None else None
+
+    def interval_bounds(self, output: str, value):
+        """(low, high) of the interval around a score (or an array of scores) of this output, cut to the
+        label scale; None when the output's test error was not recorded."""
+        half_width = self.interval(output)
+        return None if half_width is None else interval_bounds(value, half_width, self.scale)
 
     def markdown(self) -> str:
         data = self.data

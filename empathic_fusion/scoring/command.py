@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,6 @@ from empathic_fusion.models.card import ModelCard, fusion_card, text_card
 from empathic_fusion.models.checkpoints import checkpoint_header, metrics_note, read_checkpoint, resolve_checkpoint
 
 log = logging.getLogger(__name__)
-
-
-# what each kind of checkpoint scores: its data key and what that names
-INPUTS = {"fusion": ("dataset_dir", "dataset folder"), "text": ("path", "CSV table")}
 
 
 @dataclass
@@ -46,31 +43,6 @@ def default_store(data_dir: str | Path, dataset_dir: Path) -> Path:
 
 def _write_csv(table, path: Path) -> None:
     atomic_write_text(path, table.to_csv(index=False))
-
-
-def run_predict(cfg: DictConfig) -> PredictResult:
-    """Score `data.dataset_dir` (fusion checkpoint) or `data.path` (text checkpoint) with `ckpt_path`."""
-    validate(cfg)
-    ckpt = resolve_checkpoint(cfg.ckpt_path)
-    checkpoint = read_checkpoint(ckpt)
-    kind = checkpoint_header(checkpoint, ckpt)["module"]
-    out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if kind not in INPUTS:
-        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores {' and '.join(INPUTS)} checkpoints")
-    (key, what), other = INPUTS[kind], next(name for name in INPUTS if name != kind)
-    if not cfg.data[key] or cfg.data[INPUTS[other][0]]:
-        raise ValueError(f"{ckpt} is a {kind} checkpoint: give data.{key}=<{what}> "
-                         f"(data.{INPUTS[other][0]}= is for {other} checkpoints)")
-    card = (fusion_card if kind == "fusion" else text_card)(ckpt, checkpoint, metrics_note(ckpt))
-    del checkpoint
-    scored, not_scored = (_predict_dataset if kind == "fusion" else _predict_table)(cfg, ckpt, card, out_dir)
-    atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
-    print(f"{scored} scored, {not_scored} not scored (listed with the reason in {out_dir}); predictions in "
-          f"{out_dir / 'predictions.csv'}")
-    if card.banner():
-        print(card.banner().replace("**", ""))
-    return PredictResult(kind, out_dir, scored, not_scored)
 
 
 def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
@@ -111,3 +83,42 @@ def _predict_table(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) 
         log.warning("not scored: %s, %d row(s) (line %s%s): %s", cfg.data.path, len(rows), ", ".join(lines),
                     ", ..." if len(rows) > 10 else "", reason)
     return int((table.status == "scored").sum()), len(unscored)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a kind of checkpoint scores (its data key, and what that names), its card and its scorer."""
+
+    key: str
+    what: str
+    card: Callable[..., ModelCard]
+    score: Callable[[DictConfig, Path, ModelCard, Path], tuple[int, int]]
+
+
+KINDS = {"fusion": Kind("dataset_dir", "dataset folder", fusion_card, _predict_dataset),
+         "text": Kind("path", "CSV table", text_card, _predict_table)}
+
+
+def run_predict(cfg: DictConfig) -> PredictResult:
+    """Score `data.dataset_dir` (fusion checkpoint) or `data.path` (text checkpoint) with `ckpt_path`."""
+    validate(cfg)
+    ckpt = resolve_checkpoint(cfg.ckpt_path)
+    checkpoint = read_checkpoint(ckpt)
+    kind = checkpoint_header(checkpoint, ckpt)["module"]
+    out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if kind not in KINDS:
+        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores {' and '.join(KINDS)} checkpoints")
+    this, (other, that) = KINDS[kind], next((name, k) for name, k in KINDS.items() if name != kind)
+    if not cfg.data[this.key] or cfg.data[that.key]:
+        raise ValueError(f"{ckpt} is a {kind} checkpoint: give data.{this.key}=<{this.what}> "
+                         f"(data.{that.key}= is for {other} checkpoints)")
+    card = this.card(ckpt, checkpoint, metrics_note(ckpt))
+    del checkpoint
+    scored, not_scored = this.score(cfg, ckpt, card, out_dir)
+    atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
+    print(f"{scored} scored, {not_scored} not scored (listed with the reason in {out_dir}); predictions in "
+          f"{out_dir / 'predictions.csv'}")
+    if card.banner():
+        print(card.banner().replace("**", ""))
+    return PredictResult(kind, out_dir, scored, not_scored)

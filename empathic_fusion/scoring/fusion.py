@@ -9,7 +9,7 @@ could not be.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ class DatasetScores:
     pairs: pd.DataFrame
     sessions: pd.DataFrame
     windows: pd.DataFrame
-    failures: list[dict] = field(default_factory=list)  # extraction failures (session, branch, error)
 
     @property
     def scored(self) -> int:
@@ -84,11 +83,15 @@ def score_dataset(model: EmpathyModule, card: ModelCard, dataset_dir: Path, stor
     return _tables(datamodule, card, datamodule.datasets["predict"].windows, pred, failures)
 
 
+def _clipped(card: ModelCard, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scores clipped to the card's label scale, and which raw scores were outside it."""
+    values = [card.clip(float(v)) for v in raw]
+    return np.array([v for v, _ in values], dtype=float), np.array([o for _, o in values], dtype=bool)
+
+
 def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFrame | None, pred: np.ndarray | None,
             failures: list[dict]) -> DatasetScores:
     ratings = datamodule.ratings
-    half_width = card.interval(OUTPUT)
-    fps = datamodule.dataset.fps
     masked = _masked_modalities(datamodule)
     pairs = pd.DataFrame({"session_id": ratings.session_id.to_numpy(), "participant_id": ratings.participant_id.to_numpy(),
                           "story_id": ratings.story_id.to_numpy(), "scenario": datamodule.scenario})
@@ -105,31 +108,27 @@ def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFram
     window_rows = pd.DataFrame(columns=["session_id", "participant_id", "story_id", "start_s", "end_s",
                                         "predicted", "raw_predicted"])
     if windows is not None and pred is not None:
-        index = torch.tensor(windows.rating_index.to_numpy(dtype=np.int64))
-        means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), index)
-        counts = windows.rating_index.value_counts()
-        position = {rating: i for i, rating in enumerate(ratings.index)}
-        for rating, mean in zip(ids.tolist(), means.tolist()):
-            row = position[rating]
-            raw = float(target_to_rating(mean))
-            value, outside = card.clip(raw)
-            pairs.loc[row, ["predicted", "raw_predicted", "clipped", "windows", "status", "reason"]] = [
-                value, raw, outside, int(counts[rating]), "scored", ""]
-            if half_width is not None:
-                low, high = value - half_width, value + half_width
-                if card.scale is not None:
-                    low, high = max(low, card.scale[0]), min(high, card.scale[1])
-                pairs.loc[row, ["interval_low", "interval_high"]] = [low, high]
+        index = windows.rating_index.to_numpy(dtype=np.int64)
+        means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), torch.from_numpy(index))
+        rows = ratings.index.get_indexer(ids.numpy())  # positions of the scored ratings in `pairs`
+        raw = np.asarray(target_to_rating(means.numpy()), dtype=float)
+        value, outside = _clipped(card, raw)
+        pairs.loc[rows, "predicted"], pairs.loc[rows, "raw_predicted"], pairs.loc[rows, "clipped"] = value, raw, outside
+        pairs.loc[rows, "status"], pairs.loc[rows, "reason"] = "scored", ""
+        pairs.loc[rows, "windows"] = windows.rating_index.value_counts().reindex(ids.numpy()).to_numpy()
+        bounds = card.interval_bounds(OUTPUT, value)
+        if bounds is not None:
+            pairs.loc[rows, "interval_low"], pairs.loc[rows, "interval_high"] = bounds
         raw_windows = np.asarray(target_to_rating(pred), dtype=float)
-        clipped_windows = [card.clip(float(v))[0] for v in raw_windows]
-        rated = ratings.loc[windows.rating_index.to_numpy()]
+        rated = ratings.loc[index]
+        fps = datamodule.dataset.fps
         window_rows = pd.DataFrame({"session_id": windows.session_id.to_numpy(),
                                     "participant_id": rated.participant_id.to_numpy(),
                                     "story_id": rated.story_id.to_numpy(),
                                     "start_s": windows.start.to_numpy() / fps,
                                     "end_s": (windows.start.to_numpy() + datamodule.window_frames) / fps,
-                                    "predicted": clipped_windows, "raw_predicted": raw_windows})
-    return DatasetScores(pairs, _session_table(datamodule, pairs, failures), window_rows, failures)
+                                    "predicted": _clipped(card, raw_windows)[0], "raw_predicted": raw_windows})
+    return DatasetScores(pairs, _session_table(datamodule, pairs, masked, failures), window_rows)
 
 
 def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:
@@ -143,22 +142,23 @@ def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:
     return {sid: "+".join(names) for sid, names in masked.items()}
 
 
-def _session_table(datamodule: EmpathyDataModule, pairs: pd.DataFrame, failures: list[dict]) -> pd.DataFrame:
+def _session_table(datamodule: EmpathyDataModule, pairs: pd.DataFrame, masked: dict[str, str],
+                   failures: list[dict]) -> pd.DataFrame:
     """One row per session of sessions.csv: its pairs scored and not, the mean prediction, and why a
     session with nothing scored has nothing (its pairs' reasons, its extraction failures)."""
-    sessions = datamodule.dataset.sessions
     failed: dict[str, list[str]] = {}
     for failure in failures:
         failed.setdefault(failure["session_id"], []).append(f"{failure['branch']}: {failure['error']}")
+    by_session = dict(tuple(pairs.groupby("session_id", sort=False)))
     rows: list[dict[str, Any]] = []
-    for sid, session in sessions.iterrows():
-        own = pairs[pairs.session_id == sid]
+    for sid, session in datamodule.dataset.sessions.iterrows():
+        own = by_session.get(sid, pairs.iloc[:0])
         scored = own[own.status == "scored"]
         reasons = list(dict.fromkeys(r for r in own.reason if r))
         rows.append({"session_id": sid, "participant_id": session.participant_id,
                      "stories_scored": len(scored), "stories_not_scored": len(own) - len(scored),
                      "mean_predicted": float(scored.predicted.mean()) if len(scored) else np.nan,
-                     "masked_modalities": own.masked_modalities.iloc[0] if len(own) else "",
+                     "masked_modalities": masked.get(sid, ""),
                      "extraction_failures": "; ".join(failed.get(sid, [])),
                      "reason": "" if len(scored) else "; ".join(reasons) or _no_pair_reason(datamodule, sid)})
     return pd.DataFrame(rows)

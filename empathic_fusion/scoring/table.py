@@ -78,7 +78,7 @@ def score_table(scorer: TextScorer, card: ModelCard, path: Path, progress: bool 
     """Every row of the table, in order, with its scores (or the reason it has none)."""
     fields = list(scorer.fields)
     table = read_table(path, fields)
-    empty = np.array([all(not str(row[f]).strip() for f in fields) for _, row in table.iterrows()], dtype=bool)
+    empty = (table[fields].apply(lambda column: column.str.strip()) == "").all(axis=1).to_numpy()
     out = table.copy()
     names = scorer.output_names
     for name in names:
@@ -100,11 +100,7 @@ def score_table(scorer: TextScorer, card: ModelCard, path: Path, progress: bool 
             out.loc[out.index[rows], f"{PREFIX}{name}"] = clipped
             out.loc[out.index[rows], f"{PREFIX}{name}_raw"] = np.asarray(raw[name], dtype=float)
             out.loc[out.index[rows], f"{PREFIX}{name}_clipped"] = [outside for _, outside in values]
-            half_width = card.interval(name)
-            if half_width is not None:
-                low, high = clipped - half_width, clipped + half_width
-                if card.scale is not None:
-                    low, high = np.maximum(low, card.scale[0]), np.minimum(high, card.scale[1])
-                out.loc[out.index[rows], f"{PREFIX}{name}_low"] = low
-                out.loc[out.index[rows], f"{PREFIX}{name}_high"] = high
+            bounds = card.interval_bounds(name, clipped)
+            if bounds is not None:
+                out.loc[out.index[rows], f"{PREFIX}{name}_low"], out.loc[out.index[rows], f"{PREFIX}{name}_high"] = bounds
     return out
