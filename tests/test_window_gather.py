@@ -1,5 +1,6 @@
 """The batched window gather against the per-window reference (`WindowDataset`): every window's
-every batch key identical (values, dtypes, shapes) for every split, on the demo store."""
+every batch key identical (values, dtypes, shapes) for every split, on the demo store, with the frame
+arrays in memory and out of core (the normalised frame cache on disk)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,11 +18,12 @@ from tests.conftest import FEATURES_CFG
 from tests.test_features_modalities import _plant_cnn
 
 
-def _pair(dataset, store, modalities, features=FEATURES_CFG, **kwargs) -> tuple[EmpathyDataModule, EmpathyDataModule]:
+def _pair(dataset, store, modalities, features=FEATURES_CFG, frames="auto",
+          **kwargs) -> tuple[EmpathyDataModule, EmpathyDataModule]:
     made = []
     for loader in ("reference", "batched"):
         dm = EmpathyDataModule(str(dataset), str(store), list(modalities), features, batch_size=8,
-                               extract_workers=1, loader=loader, **kwargs)
+                               extract_workers=1, loader=loader, frames=frames, **kwargs)
         dm.setup("fit")
         made.append(dm)
     return made[0], made[1]
@@ -46,10 +48,13 @@ def assert_splits_equal(reference: EmpathyDataModule, batched: EmpathyDataModule
         assert_same(old[len(old) - 1], new[len(new) - 1], f"{split} item")
 
 
+@pytest.mark.parametrize("frames", ["memory", "disk"])
 @pytest.mark.parametrize("modalities,normalize", [(("video", "audio", "text"), ("video", "audio")),
                                                   (("audio", "text"), ())])
-def test_batched_gather_equals_window_dataset(tiny_dataset, tiny_store, modalities, normalize):
-    assert_splits_equal(*_pair(tiny_dataset, tiny_store, modalities, normalize=normalize))
+def test_batched_gather_equals_window_dataset(tiny_dataset, store_copy, modalities, normalize, frames):
+    reference, batched = _pair(tiny_dataset, store_copy, modalities, normalize=normalize, frames=frames)
+    assert bool(batched.frames.disk) == (frames == "disk")
+    assert_splits_equal(reference, batched)
 
 
 def test_equal_with_multi_branch_modalities_and_failed_branches(tiny_dataset, store_copy):
@@ -63,13 +68,14 @@ def test_equal_with_multi_branch_modalities_and_failed_branches(tiny_dataset, st
     extract_features(dataset, store, ["text"], cfg, progress=False)
     (store_copy / "sessions" / sessions[0] / "face" / "features.npy").unlink()
     (store_copy / "sessions" / sessions[1] / "audio" / "mask.npy").unlink()
-    reference, batched = _pair(tiny_dataset, store_copy, ("video", "audio", "text"), cfg)
-    assert batched.input_dims["video"] > 1451 and batched.input_dims["text"] == 384 + 50
-    assert_splits_equal(reference, batched)
+    for frames in ("memory", "disk"):
+        reference, batched = _pair(tiny_dataset, store_copy, ("video", "audio", "text"), cfg, frames=frames)
+        assert batched.input_dims["video"] > 1451 and batched.input_dims["text"] == 384 + 50
+        assert_splits_equal(reference, batched)
 
 
-def test_loaders_yield_the_reference_windows_in_sampler_order(tiny_dataset, tiny_store):
-    reference, batched = _pair(tiny_dataset, tiny_store, ("video", "audio", "text"))
+def test_loaders_yield_the_reference_windows_in_sampler_order(tiny_dataset, store_copy):
+    reference, batched = _pair(tiny_dataset, store_copy, ("video", "audio", "text"))
     loader = batched.train_dataloader()
     assert isinstance(loader.sampler, DistributedSampler)  # Lightning leaves it in place under DDP
     order = np.array(list(RatingOversampler(np.round(batched.datasets["train"].ratings).astype(int))))
@@ -93,10 +99,11 @@ def test_index_batches_keep_ddp_shards():
         IndexBatchSampler(RatingOversampler(classes), 0)
 
 
-def test_held_batches_keep_their_values_while_buffers_are_reused(tiny_dataset, tiny_store):
+@pytest.mark.parametrize("frames", ["memory", "disk"])
+def test_held_batches_keep_their_values_while_buffers_are_reused(tiny_dataset, store_copy, frames):
     """Host batches are written into reused buffers: a batch (or a view of one) that is still held keeps
     its values while later batches are drawn, and a released batch's buffer is used again."""
-    reference, batched = _pair(tiny_dataset, tiny_store, ("video", "audio", "text"))
+    reference, batched = _pair(tiny_dataset, store_copy, ("video", "audio", "text"), frames=frames)
     kept = list(batched.val_dataloader())  # every batch held at once
     for expected, actual in zip(reference.val_dataloader(), kept, strict=True):
         assert_same(expected, actual)

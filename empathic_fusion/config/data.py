@@ -19,6 +19,7 @@ from empathic_fusion.core.branches import MODALITIES
 SCENARIOS = ("story_share", "reflection")
 STALE_POLICIES = ("mask", "error")  # stored features that no longer match: mask them with a warning, or stop
 LOADERS = ("batched", "reference")
+FRAME_PLACES = ("auto", "memory", "disk")  # where the batched loader keeps its frame arrays
 
 
 def _folds_rules(cv_folds: int, cv_fold: Optional[int]) -> dict[str, tuple[bool, str]]:
@@ -47,7 +48,10 @@ class FusionDataConfig:
     batch_size: int = 64
     num_workers: int = 0
     loader: str = "batched"                      # batched (whole batches from frame arrays) | reference (WindowDataset)
-    device_memory_gb: float = 8.0                # frame arrays on the training device up to this size, else host memory
+    frames: str = "auto"                         # batched loader's frame arrays: auto | memory | disk (out of core);
+    #                                              auto = on a GPU's memory when they fit device_memory_gb, else disk
+    device_memory_gb: float = 8.0                # frame arrays on the training device up to this size
+    frame_cache_dir: Optional[str] = None        # the out-of-core frame cache (null: <store_dir>/frame_cache)
     normalize: Tuple[str, ...] = ("video", "audio")  # z-scored per feature with training-split statistics
     extract_workers: int = 2
     on_stale: str = "mask"                       # stale or damaged stored features: mask (warn) | error
@@ -72,6 +76,7 @@ class FusionDataConfig:
             "scenario": (self.scenario in SCENARIOS, one_of(SCENARIOS)),
             "on_stale": (self.on_stale in STALE_POLICIES, one_of(STALE_POLICIES)),
             "loader": (self.loader in LOADERS, one_of(LOADERS)),
+            "frames": (self.frames in FRAME_PLACES, one_of(FRAME_PLACES)),
             "device_memory_gb": (finite(self.device_memory_gb) and self.device_memory_gb >= 0, "a number >= 0"),
             "normalize": (set(self.normalize) <= set(MODALITIES), f"a subset of {list(MODALITIES)}"),
             **_folds_rules(self.cv_folds, self.cv_fold)})

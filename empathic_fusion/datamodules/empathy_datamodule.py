@@ -8,8 +8,10 @@ the dataset (ratings.csv's pairs; a session without ratings is scored against ev
 z-scored with the given `stats` (a checkpoint's training statistics); the app scores an uploaded
 clip this way (empathic_fusion/app/clip.py), through `trainer.predict`. Loaders
 (`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
-(empathic_fusion/datamodules/window_gather.py), on the training device when the arrays fit `device_memory_gb`;
-`loader: reference` is the per-window `WindowDataset` the batched loader is proven equal to.
+(empathic_fusion/datamodules/window_gather.py): `frames: auto` keeps them in a GPU's memory when they fit
+`device_memory_gb` and otherwise reads them out of core from a normalised frame cache on disk
+(frame_cache.py), so a run's memory does not grow with the corpus; `loader: reference` is the
+per-window `WindowDataset` the batched loader is proven equal to.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
-from empathic_fusion.datamodules.window_gather import FrameArrays, IndexBatchSampler, WindowBatches
+from empathic_fusion.datamodules.window_gather import FrameArrays, FrameLayout, IndexBatchSampler, WindowBatches
 from empathic_fusion.datamodules.windows import build_windows, rating_frames
 from empathic_fusion.core.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width
 from empathic_fusion.features.extract import extract_features, stored_warnings
@@ -64,7 +66,8 @@ class EmpathyDataModule(L.LightningDataModule):
                  num_workers: int = _D.num_workers, normalize: tuple[str, ...] = _D.normalize,
                  demo: dict[str, Any] | None = None, extract_workers: int = _D.extract_workers, seed: int = 0,
                  cv_folds: int = _D.cv_folds, cv_fold: int = _D.cv_fold, on_stale: str = _D.on_stale,
-                 loader: str = _D.loader, device_memory_gb: float = _D.device_memory_gb,
+                 loader: str = _D.loader, frames: str = _D.frames, device_memory_gb: float = _D.device_memory_gb,
+                 frame_cache_dir: str | None = _D.frame_cache_dir,
                  allow_shared_media: bool = _D.allow_shared_media, predict: bool = False,
                  stats: dict[str, tuple[Any, Any]] | None = None):
         super().__init__()
@@ -92,7 +95,9 @@ class EmpathyDataModule(L.LightningDataModule):
         self.cv_folds, self.cv_fold = int(cv_folds), int(cv_fold)  # cv_folds > 1: participant K-fold, this fold tests
         self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
         self.loader = loader  # choices and ranges of the data settings are the schema's (config/data.py)
+        self.frames_place = frames  # auto | memory | disk: where the batched loader's frame arrays live
         self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
+        self.frame_cache_dir = Path(frame_cache_dir) if frame_cache_dir else self.store_dir / "frame_cache"
         self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
         self.predict = bool(predict)  # one predict split over the whole dataset, z-scored with `stats`
         self.predict_stats = {m: (np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32))
@@ -306,7 +311,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.input_dims = {**source.dims, "story": int(story_embeddings.shape[1]), "traits": len(TRAIT_COLUMNS)}
         traits = dataset.participants[list(TRAIT_COLUMNS)]
         if self.loader == "batched":
-            self.frames = FrameArrays(source)
+            self.frames = self._frame_arrays(source)
         for split in ("train", "val", "test"):
             if self.loader == "batched":
                 self.datasets[split] = WindowBatches(
@@ -322,6 +327,16 @@ class EmpathyDataModule(L.LightningDataModule):
         for warning in self.warnings:
             warn_data(warning)  # once per run, also when prepare_data's extraction found it
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
+
+    def _frame_arrays(self, source: FrameSource) -> FrameArrays:
+        """The batched loader's frame arrays where `frames` says (see `frames_place`), logged with why."""
+        size = FrameLayout.of(source).dense_nbytes()
+        place, target, why = frames_place(self.frames_place, self._training_device(), size, self.device_memory_gb)
+        frames = (FrameArrays.on_disk(source, self.frame_cache_dir) if place == "disk"
+                  else FrameArrays.in_memory(source, target))
+        log.info("frame arrays (%.2f GB): %s (%s)", size / 1e9,
+                 frames.where if place == "disk" else f"in memory on {target}", why)
+        return frames
 
     def _setup_predict(self) -> None:
         """The predict split: every rated (session, story) pair, and every story for an unrated session
@@ -388,7 +403,7 @@ class EmpathyDataModule(L.LightningDataModule):
             return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
                               persistent_workers=self.num_workers > 0, sampler=windows, **kwargs)
         device = self._training_device()
-        where = self.frames.place(device, self.device_memory_gb * 1e9)
+        where = self.frames.device
         for dataset in self.datasets.values():
             dataset.to(where)
         workers = self.num_workers if where.type == "cpu" else 0  # gathers on the device run in this process
@@ -418,6 +433,26 @@ class EmpathyDataModule(L.LightningDataModule):
             raise RuntimeError("the predict split exists when the datamodule is built with predict=True "
                                "(and stats=, a checkpoint's training statistics)")
         return DataLoader(self.datasets["predict"], batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+def frames_place(place: str, device: torch.device, size: float, device_memory_gb: float) -> tuple[str, torch.device, str]:
+    """Where the batched loader keeps `size` bytes of frame arrays, as (memory | disk, device, why).
+    `auto`: in the training GPU's memory when they fit `device_memory_gb` (batches gathered there), else out
+    of core from disk (on a CPU always: the page cache then holds one copy for every concurrent run).
+    `memory`: in memory, on the device when they fit, else in host memory."""
+    fits = size <= device_memory_gb * 1e9
+    budget = f"data.device_memory_gb={device_memory_gb:g}"
+    if place == "auto":
+        if device.type == "cpu":
+            return "disk", torch.device("cpu"), "training on the CPU: the page cache holds one copy for every run"
+        if fits:
+            return "memory", device, f"they fit {budget} on {device}"
+        return "disk", torch.device("cpu"), f"they exceed {budget} on {device}"
+    if place == "disk":
+        return "disk", torch.device("cpu"), "data.frames=disk"
+    if device.type == "cpu" or fits:
+        return "memory", device, "data.frames=memory"
+    return "memory", torch.device("cpu"), f"data.frames=memory; they exceed {budget}, so batches are gathered on the host"
 
 
 def predict_ratings(dataset: EmpathyDataset) -> pd.DataFrame:

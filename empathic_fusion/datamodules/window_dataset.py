@@ -24,6 +24,8 @@ from empathic_fusion.dataset.scale import TRAIT_SCALE, rating_to_target
 from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.features.store import FeatureStore
 
+CHUNK_ROWS = 8192  # frames read (and z-scored) at a time when a whole session is read: bounds memory, whatever its length
+
 
 def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings: np.ndarray,
                   story_rows: dict[str, int], traits: pd.DataFrame) -> tuple[np.ndarray, ...]:

@@ -7,15 +7,24 @@ session's frame clock (`session_frames` rows each) with one zero row at the end 
 session. z-scoring with the training statistics and masking depend only on the frame, so they are
 done once here (in float32, the reference's arithmetic) instead of once per window: a frame is zero
 where its branch has nothing or the modality's mask is 0 (no branch valid; audio: participant
-silent). A window is then an offset and a count of in-session frames; a batch is one `index_select`
-per modality (plus one per indexed branch, whose row tables are kept and whose per-frame index is
-set to -1 where the modality is masked). Windows overlap about 8-fold, so the arrays cost about 1/8
-of the materialised windows, in float32 twice the store's float16.
+silent). A window is then an offset and a count of in-session frames. Windows overlap about 8-fold,
+so the arrays cost about 1/8 of the materialised windows, in float32 twice the store's float16.
 
-Outputs are identical to `WindowDataset` (tests/test_window_gather.py): same keys, dtypes, values.
-`FrameArrays.place` puts the arrays on the training device when they fit its memory budget (batches
-are then gathered there, in the main process); otherwise they stay in host memory, batches are
-gathered on the host and the DataLoader hands them over pinned.
+Where the frame arrays live (`FrameArrays.build`):
+- **in memory** (`memory`): one tensor per dense piece on the training device (or the host); a batch
+  is one `index_select` per piece. The arrays are filled a chunk of rows at a time, so the host never
+  holds more than a chunk on the way to a GPU.
+- **on disk** (`disk`, out of core): the dense pieces are written once to a normalised frame cache
+  (`frame_cache.py`, float32 files keyed by the store, the windows' sessions and the statistics) and a
+  batch reads each window's rows with one positioned read (`os.preadv`) straight into the batch buffer.
+  The reads go through the operating system's page cache, which concurrent runs share, and nothing of
+  the cache is mapped into the process, so a run's memory does not grow with the corpus. Only the
+  per-frame masks, the indexed branches' per-frame rows (1 + 8 bytes a frame) and their tables stay
+  in memory.
+
+Either way the batches are identical to `WindowDataset`'s (tests/test_window_gather.py): same keys,
+dtypes, values. Indexed branches (`<branch>/index` shifted onto the concatenated `<branch>/table`,
+pointing at a zero row where masked) are always gathered in memory.
 
 On the host, a batch's large outputs (tens of MB) are written into reused buffers (`HostBuffers`):
 a fresh allocation of that size is a new memory mapping whose first touch page-faults every 4 KiB,
@@ -26,76 +35,103 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler, get_worker_info
 
-from empathic_fusion.datamodules.window_dataset import FrameSource, window_labels
+from empathic_fusion.datamodules.window_dataset import CHUNK_ROWS, FrameSource, window_labels
 from empathic_fusion.core.branches import INDEXED
 
 log = logging.getLogger(__name__)
 
-
-def _fit(array: np.ndarray, n: int, fill) -> np.ndarray:
+def fit_rows(array: np.ndarray, n: int, fill) -> np.ndarray:
     """array cut or padded (with `fill`) to n rows."""
     out = np.full((n,) + array.shape[1:], fill, dtype=array.dtype)
     out[: min(n, len(array))] = array[:n]
     return out
 
 
-class FrameArrays:
-    """Per modality: normalised, masked float32 frames of every session, concatenated (+ a zero row).
+@dataclass(frozen=True)
+class FrameLayout:
+    """Where every frame goes: `offsets[sid]` is a session's first row (it has `session_frames[sid]` rows
+    in every modality), `rows` the zero row's position. `pieces[modality]` lists the modality's columns in
+    branch order: ("dense", key) for a run of dense branches (one array, `widths[key]` columns),
+    ("indexed", branch) for an indexed branch."""
 
-    `offsets[sid]` is a session's first row; it has `session_frames[sid]` rows in every modality.
-    `pieces[modality]` lists the modality's columns in branch order: ("dense", key) for runs of dense
-    branches (one array), ("indexed", branch) for an indexed branch (`<branch>/index` shifted onto the
-    concatenated `<branch>/table`, -1 = nothing).
-    """
+    offsets: dict[str, int]
+    rows: int
+    pieces: dict[str, list[tuple[str, str]]]
+    widths: dict[str, int]
 
-    def __init__(self, source: FrameSource):
-        self.branches = {m: list(b) for m, b in source.branches.items()}
-        self.offsets, row = {}, 0
+    @classmethod
+    def of(cls, source: FrameSource) -> FrameLayout:
+        offsets, row = {}, 0
         for sid, n in source.session_frames.items():
-            self.offsets[sid] = row
+            offsets[sid] = row
             row += int(n)
-        self.rows = row  # the padding row's position
-        self.tensors: dict[str, torch.Tensor] = {}
-        self.pieces: dict[str, list[tuple[str, str]]] = {}
-        for modality, names in self.branches.items():
-            self._modality(source.store, source.session_frames, modality, names, source.missing, source.speaking,
-                           source.stats.get(modality), source.branch_dims)
+        pieces, widths = {}, {}
+        for modality, names in source.branches.items():
+            pieces[modality], run = [], []
+            for branch in names + [None]:  # consecutive dense branches share one array
+                if (branch is None or branch in INDEXED) and run:
+                    key = f"{modality}/{'+'.join(run)}"
+                    pieces[modality].append(("dense", key))
+                    widths[key] = sum(source.branch_dims[b] for b in run)
+                    run = []
+                if branch in INDEXED:
+                    pieces[modality].append(("indexed", branch))
+                elif branch is not None:
+                    run.append(branch)
+        return cls(offsets, row, pieces, widths)
 
-    def _modality(self, store, session_frames, modality, names, missing, speaking, stats, branch_dims) -> None:
+    def dense_keys(self) -> list[str]:
+        return [key for pieces in self.pieces.values() for kind, key in pieces if kind == "dense"]
+
+    def dense_nbytes(self) -> int:
+        """float32 bytes of the dense pieces (the bulk of the arrays)."""
+        return 4 * (self.rows + 1) * sum(self.widths.values())
+
+
+class FrameSink(Protocol):
+    """Where `fill_frames` puts what it computes (rows are positions in the layout)."""
+
+    def dense(self, key: str, row: int, values: np.ndarray) -> None: ...
+    def mask(self, modality: str, row: int, values: np.ndarray) -> None: ...
+    def index(self, branch: str, row: int, values: np.ndarray) -> None: ...
+    def table(self, branch: str, values: np.ndarray) -> None: ...
+
+
+def fill_frames(source: FrameSource, layout: FrameLayout, sink: FrameSink, chunk_rows: int = CHUNK_ROWS) -> None:
+    """Every session's normalised, masked frames of every modality, a chunk of rows at a time, into
+    `sink`. Rows never given (sessions whose modality is masked, the zero row) are zero in the dense
+    pieces, False in the masks and -1 (nothing) in the indices. Dense values get the reference's
+    float32 arithmetic, per frame: (x - mean) / std, then 0 where the branch or the modality is masked.
+    Indices are shifted onto the branch's table as the sink receives them, session after session."""
+    table_rows = {b: 0 for names in source.branches.values() for b in names if b in INDEXED}
+    store = source.store
+    for modality, names in source.branches.items():
         columns, column = {}, 0
         for branch in names:
-            columns[branch] = (column, column + branch_dims[branch])
-            column += branch_dims[branch]
-        pieces, run = [], []
-        for branch in names:  # consecutive dense branches share one array
-            if branch in INDEXED:
-                if run:
-                    pieces.append(("dense", f"{modality}/{'+'.join(run)}"))
-                    run = []
-                pieces.append(("indexed", branch))
-            else:
-                run.append(branch)
-        if run:
-            pieces.append(("dense", f"{modality}/{'+'.join(run)}"))
-        self.pieces[modality] = pieces
-        arrays = {key: np.zeros((self.rows + 1, sum(branch_dims[b] for b in key.split("/", 1)[1].split("+"))),
-                                dtype=np.float32) for kind, key in pieces if kind == "dense"}
-        mask = np.zeros(self.rows + 1, dtype=bool)
-        indexed = {b: (np.full(self.rows + 1, -1, dtype=np.int64), []) for b in names if b in INDEXED}
-        table_rows = {b: 0 for b in indexed}
-        for sid, n in session_frames.items():
-            if (sid, modality) in missing:
+            columns[branch] = (column, column + source.branch_dims[branch])
+            column += source.branch_dims[branch]
+        stats = source.stats.get(modality)
+        piece_of = {b: key for kind, key in layout.pieces[modality] if kind == "dense"
+                    for b in key.split("/", 1)[1].split("+")}
+        for sid, n in source.session_frames.items():
+            n = int(n)
+            if (sid, modality) in source.missing:
                 continue
-            valid, rows = {}, {}
+            first = layout.offsets[sid]
+            valid, lengths = {}, {}
             for branch in names:
-                if (sid, modality, branch) in missing:
+                if (sid, modality, branch) in source.missing:
                     continue
                 if branch in INDEXED:
                     table_name, index_name = INDEXED[branch]
@@ -105,65 +141,190 @@ class FrameArrays:
                     if index.size and index.max() >= len(table):
                         raise ValueError(f"session '{sid}', branch '{branch}': {index_name} points at row "
                                          f"{int(index.max())} of a {len(table)}-row {table_name} table")
-                    rows[branch] = _fit(index, n, -1)
-                    valid[branch] = rows[branch] >= 0
-                    indexed[branch][1].append(table)
+                    index = fit_rows(index, n, -1)
+                    valid[branch] = index >= 0
+                    lengths[branch] = (index, table)
                 else:
                     features = store.load(sid, branch, "features")
                     # valid only where the branch has a frame and its mask (cut or padded to it) is set
-                    branch_valid = _fit(np.asarray(store.load(sid, branch, "mask")) > 0, len(features), False)
-                    valid[branch] = _fit(branch_valid, n, False)
-                    rows[branch] = features
+                    branch_valid = fit_rows(np.asarray(store.load(sid, branch, "mask")) > 0, len(features), False)
+                    valid[branch] = fit_rows(branch_valid, n, False)
+                    lengths[branch] = len(features)
+                    del features  # read again a chunk at a time below: the mapping never holds a whole session
             frame_mask = np.logical_or.reduce(list(valid.values())) if valid else np.zeros(n, dtype=bool)
             if modality == "audio":
-                frame_mask &= _fit(np.asarray(speaking[sid], dtype=bool), n, False)
-            first = self.offsets[sid]
-            mask[first: first + n] = frame_mask
+                frame_mask &= fit_rows(np.asarray(source.speaking[sid], dtype=bool), n, False)
+            sink.mask(modality, first, frame_mask)
             for branch in valid:
-                keep = valid[branch] & frame_mask
                 if branch in INDEXED:
-                    shifted = np.where(keep, rows[branch] + table_rows[branch], -1)
-                    indexed[branch][0][first: first + n] = shifted
-                    table_rows[branch] += len(indexed[branch][1][-1])
-                    continue
-                key = next(k for kind, k in pieces if kind == "dense" and branch in k.split("/", 1)[1].split("+"))
-                lo, hi = columns[branch]
+                    index, table = lengths[branch]
+                    keep = valid[branch] & frame_mask
+                    sink.index(branch, first, np.where(keep, index + table_rows[branch], -1))
+                    sink.table(branch, table)
+                    table_rows[branch] += len(table)
+            dense = [b for b in valid if b not in INDEXED]
+            for key in dict.fromkeys(piece_of[b] for b in dense):
+                width = layout.widths[key]
                 offset = columns[key.split("/", 1)[1].split("+")[0]][0]
-                x = np.zeros((n, hi - lo), dtype=np.float32)
-                m = min(n, len(rows[branch]))
-                x[:m] = rows[branch][:m]
-                store.check_finite(x[:m], sid, branch, "features")
-                if stats is not None:  # the reference's float32 arithmetic, per frame
-                    x = (x - stats[0][lo:hi]) / stats[1][lo:hi]
-                x[~keep] = 0.0
-                arrays[key][first: first + n, lo - offset: hi - offset] = x
-        for key, array in arrays.items():
-            self.tensors[key] = torch.from_numpy(array)
-        self.tensors[f"{modality}/mask"] = torch.from_numpy(mask)
-        for branch, (index, tables) in indexed.items():
-            dim = branch_dims[branch]
-            table = np.concatenate([np.asarray(t, dtype=np.float32) for t in tables] + [np.zeros((1, dim), np.float32)])
-            index[index < 0] = len(table) - 1  # the zero row
-            self.tensors[f"{branch}/index"] = torch.from_numpy(index)
-            self.tensors[f"{branch}/table"] = torch.from_numpy(table)
+                for lo in range(0, n, chunk_rows):
+                    hi = min(n, lo + chunk_rows)
+                    block = np.zeros((hi - lo, width), dtype=np.float32)
+                    for branch in (b for b in dense if piece_of[b] == key):
+                        start, stop = columns[branch]
+                        x = np.zeros((hi - lo, stop - start), dtype=np.float32)
+                        m = max(0, min(hi, lengths[branch]) - lo)
+                        if m:
+                            x[:m] = store.load(sid, branch, "features")[lo: lo + m]
+                            store.check_finite(x[:m], sid, branch, "features")
+                        if stats is not None:  # the reference's float32 arithmetic, per frame
+                            x = (x - stats[0][start:stop]) / stats[1][start:stop]
+                        x[~(valid[branch][lo:hi] & frame_mask[lo:hi])] = 0.0
+                        block[:, start - offset: stop - offset] = x
+                    sink.dense(key, first + lo, block)
+
+
+def read_into(handle: int, buffer: np.ndarray, offset: int) -> None:
+    """Fill a C-contiguous `buffer` with the file's bytes at `offset` (one positioned read where the system
+    has one; the file descriptor's position is never used, so processes and threads may share it)."""
+    view = memoryview(buffer).cast("B")
+    done = 0
+    while done < len(view):
+        if hasattr(os, "preadv"):
+            got = os.preadv(handle, [view[done:]], offset + done)
+        else:  # Windows: no positioned read; the descriptor is this process's own (DiskRows reopens per process)
+            os.lseek(handle, offset + done, os.SEEK_SET)
+            got = os.readv(handle, [view[done:]])
+        if got <= 0:
+            raise OSError(f"frame cache file ended after {offset + done} bytes (expected {offset + len(view)})")
+        done += got
+
+
+class DiskRows:
+    """A (rows, width) float32 array in a .npy file, read a run of rows at a time into a given buffer.
+
+    Opened once per process (a DataLoader worker started by spawn reopens it), never mapped, so its
+    pages stay in the shared page cache and are not counted in any process's memory."""
+
+    def __init__(self, path: Path, rows: int, width: int, data_offset: int):
+        self.path, self.rows, self.width, self.data_offset = Path(path), int(rows), int(width), int(data_offset)
+        self.shape = (self.rows, self.width)
+        self._handle: tuple[int, int] | None = None  # (pid, fd)
+
+    def _fd(self) -> int:
+        if self._handle is None or self._handle[0] != os.getpid():
+            self._handle = (os.getpid(), os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0)))
+        return self._handle[1]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_handle": None}
+
+    def __del__(self) -> None:
+        if self._handle is not None and self._handle[0] == os.getpid():
+            os.close(self._handle[1])
+
+    def read_windows(self, out: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> None:
+        """out[i, :lengths[i]] = rows first[i]..first[i] + lengths[i] - 1; out[i, lengths[i]:] = 0."""
+        fd, row_bytes, length = self._fd(), 4 * self.width, out.shape[1]
+        for i, (start, n) in enumerate(zip(first.tolist(), lengths.tolist())):
+            if n:
+                read_into(fd, out[i, :n], self.data_offset + start * row_bytes)
+            if n < length:
+                out[i, n:] = 0.0
+
+
+class _MemorySink:
+    """fill_frames into tensors on `device` (dense chunks copied over one at a time)."""
+
+    def __init__(self, layout: FrameLayout, branches: dict[str, list[str]], device: torch.device):
+        self.device = device
+        self.tensors = {key: torch.zeros((layout.rows + 1, layout.widths[key]), dtype=torch.float32, device=device)
+                        for key in layout.dense_keys()}
+        self.masks = {m: np.zeros(layout.rows + 1, dtype=bool) for m in branches}
+        self.indices = {b: np.full(layout.rows + 1, -1, dtype=np.int64) for names in branches.values()
+                        for b in names if b in INDEXED}
+        self.tables: dict[str, list[np.ndarray]] = {b: [] for b in self.indices}
+
+    def dense(self, key: str, row: int, values: np.ndarray) -> None:
+        self.tensors[key][row: row + len(values)] = torch.from_numpy(values).to(self.device)
+
+    def mask(self, modality: str, row: int, values: np.ndarray) -> None:
+        self.masks[modality][row: row + len(values)] = values
+
+    def index(self, branch: str, row: int, values: np.ndarray) -> None:
+        self.indices[branch][row: row + len(values)] = values
+
+    def table(self, branch: str, values: np.ndarray) -> None:
+        self.tables[branch].append(np.asarray(values, dtype=np.float32))
+
+
+def small_tensors(masks: dict[str, np.ndarray], indices: dict[str, np.ndarray], tables: dict[str, np.ndarray],
+                  branch_dims: dict[str, int]) -> dict[str, torch.Tensor]:
+    """The per-frame masks, and each indexed branch's table with a zero row at its end that the
+    per-frame index points at where it has nothing (-1)."""
+    tensors = {f"{m}/mask": torch.from_numpy(np.asarray(mask, dtype=bool)) for m, mask in masks.items()}
+    for branch, index in indices.items():
+        table = np.concatenate([np.asarray(tables[branch], dtype=np.float32).reshape(-1, branch_dims[branch]),
+                                np.zeros((1, branch_dims[branch]), np.float32)])
+        index = np.array(index, dtype=np.int64)
+        index[index < 0] = len(table) - 1  # the zero row
+        tensors[f"{branch}/index"] = torch.from_numpy(index)
+        tensors[f"{branch}/table"] = torch.from_numpy(table)
+    return tensors
+
+
+class FrameArrays:
+    """Per modality: normalised, masked float32 frames of every session, concatenated (+ a zero row), in
+    memory (`tensors[key]`, on `device`) or on disk (`disk[key]`, a normalised frame cache) for the dense
+    pieces; masks and indexed branches always in `tensors`, on `device`.
+
+    `offsets[sid]` is a session's first row; it has `session_frames[sid]` rows in every modality.
+    `pieces[modality]` lists the modality's columns in branch order (see `FrameLayout`).
+    """
+
+    def __init__(self, source: FrameSource, layout: FrameLayout, tensors: dict[str, torch.Tensor],
+                 disk: dict[str, DiskRows] | None = None, where: str = ""):
+        self.branches = {m: list(b) for m, b in source.branches.items()}
+        self.layout = layout
+        self.offsets, self.rows, self.pieces = layout.offsets, layout.rows, layout.pieces
+        self.tensors = tensors
+        self.disk = disk or {}
+        self.where = where  # what the log said about the choice
+
+    @classmethod
+    def in_memory(cls, source: FrameSource, device: torch.device | str = "cpu") -> FrameArrays:
+        """Every frame in tensors on `device`, filled a chunk of rows at a time."""
+        device = torch.device(device)
+        layout = FrameLayout.of(source)
+        sink = _MemorySink(layout, source.branches, device)
+        fill_frames(source, layout, sink)
+        small = small_tensors(sink.masks, sink.indices,
+                              {b: np.concatenate(t) if t else np.zeros((0, source.branch_dims[b]), np.float32)
+                               for b, t in sink.tables.items()}, source.branch_dims)
+        return cls(source, layout, {**sink.tensors, **{k: v.to(device) for k, v in small.items()}})
+
+    @classmethod
+    def on_disk(cls, source: FrameSource, cache_root: Path) -> FrameArrays:
+        """Dense pieces read out of core from the normalised frame cache under `cache_root` (built when
+        missing: once, whichever concurrent run gets there first); the rest in host tensors (batches are
+        gathered on the host and handed to the training device)."""
+        from empathic_fusion.datamodules.frame_cache import open_frame_cache
+
+        layout = FrameLayout.of(source)
+        cache = open_frame_cache(source, layout, Path(cache_root))
+        tensors = small_tensors(cache.masks, cache.indices, cache.tables, source.branch_dims)
+        return cls(source, layout, tensors, cache.dense, where=f"out of core from {cache.folder}")
 
     @property
     def device(self) -> torch.device:
         return next(iter(self.tensors.values())).device
 
     def nbytes(self) -> int:
+        """Bytes held in memory (on `device`)."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
-    def place(self, device: torch.device | str, budget_bytes: float) -> torch.device:
-        """Move the arrays to `device` when they fit `budget_bytes` there; else keep them on the host."""
-        device = torch.device(device)
-        size = self.nbytes()
-        target = device if device.type == "cpu" or size <= budget_bytes else torch.device("cpu")
-        if target != device:
-            log.info("frame arrays (%.2f GB) exceed the %.2f GB device budget: gathering batches on the host",
-                     size / 1e9, budget_bytes / 1e9)
-        self.tensors = {k: t.to(target) for k, t in self.tensors.items()}
-        return target
+    def disk_nbytes(self) -> int:
+        """Bytes of the dense pieces read from disk (0 in memory)."""
+        return sum(4 * rows.rows * rows.width for rows in self.disk.values())
 
 
 class HostBuffers:
@@ -228,6 +389,7 @@ class WindowBatches(Dataset):
                       "traits_mask": torch.from_numpy(self.traits_mask), "target": torch.from_numpy(self.targets)}
         self._device = torch.device("cpu")
         self._buffers = HostBuffers()
+        self.to(frames.device)
 
     def to(self, device: torch.device) -> WindowBatches:
         """Per-window offsets and labels onto the arrays' device."""
@@ -248,10 +410,17 @@ class WindowBatches(Dataset):
         rows = torch.where(inside, self.index["first"][window][:, None] + frame[None, :], self.arrays.rows).reshape(-1)
         shape = inside.shape
         batch: dict = {}
+        disk = self.arrays.disk
+        if disk:  # out of core: each window's rows read straight into the batch buffer
+            first, count = self.index["first"][window].numpy(), lengths.numpy()
         for modality in self.modalities:
             parts = []
             for kind, key in self.arrays.pieces[modality]:
-                if kind == "dense":
+                if kind == "dense" and key in disk:
+                    out = self._empty(key, (len(rows), disk[key].width), torch.float32)
+                    disk[key].read_windows(out.numpy().reshape(*shape, -1), first, count)
+                    parts.append(out)
+                elif kind == "dense":
                     parts.append(self._select(tensors[key], rows, key))
                 else:
                     parts.append(self._select(tensors[f"{key}/table"], tensors[f"{key}/index"].index_select(0, rows), key))
