@@ -1,25 +1,30 @@
-"""The paper's grid end to end from an on-disk store: datamodule -> model -> optimizer, per model.
+"""The paper's grid end to end from an on-disk store, up to the whole corpus: datamodule -> model -> optimizer.
 
-    python benchmarks/grid.py --device cpu --fraction 0.01 --steps 8          # this machine (CPU)
-    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4     # a GPU (bf16 mixed precision)
+    python benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --concurrent 4      # this machine (CPU)
+    python benchmarks/grid.py --device cpu --fraction 1.0 --branches face=714,cnn=2048,audio=65,text=384 \
+        --models tfn --concurrent 1 --out docs/results/grid_paper_dims.md               # the paper's dims
+    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4               # a GPU (bf16 mixed)
 
 Writes a synthetic dataset (CSV tables and transcripts in the contract's layout) and a feature store
 in the store's real format (`FeatureStore.write_branch`, float16 features, uint8 masks, indexed SBERT
-utterances) at `--fraction` of EmpathicStories++ (2.86 M frames on the 15 fps clock, 99,357 Story
-Share windows of 120 frames, about 4.2 window-frames per stored frame), then per model prints:
-- loader windows/s: the training DataLoader alone, the batched gather (`data.loader=batched`)
-  beside the per-window reference (`data.loader=reference`, the old `WindowDataset`);
-- training windows/s end to end (Lightning Trainer on the datamodule's loader) and with the same
-  batches pre-loaded on the device, and their step-time ratio (the loader's overhead);
-- peak memory (GPU: torch.cuda.max_memory_allocated; CPU: the process's peak RSS so far);
-- the projected grid time: models x subsets x seeds x epochs x --windows at the end-to-end speed
-  (the v+a+t speed for every subset, so an upper bound; training only, as in train_throughput.py).
-With --concurrent N it also trains N runs of each model at once on the device (N processes, as
-`hydra/launcher=shared_device` runs a sweep) and prints their aggregate windows/s and the grid time
-at that rate.
-It also prints a memory-copy bandwidth measured in the same process, to say how close the gather
-comes to it, and the load average (the machine may be shared). The tables go to docs/results/grid.md
-(`--out` elsewhere, `--no-write` to print only; `--json` for the raw values).
+utterances) at each `--fraction` of EmpathicStories++ (2.86 M frames on the 15 fps clock, 99,357 Story
+Share windows of 120 frames, about 4.2 window-frames per stored frame), stating its disk use and how
+long it took, then prints:
+- side by side at `--compare-fraction` (where the frame arrays fit in memory), in this process: loader
+  windows/s of the training DataLoader alone with the frame arrays in memory (`data.frames=memory`),
+  out of core (`data.frames=disk`) and per window (`data.loader=reference`), and training windows/s end
+  to end per model in memory and out of core, each with its ratio, rounds alternated;
+- at each `--fraction`, every model trained for `--steps` in a fresh process, as train.py runs
+  (`data.frames=--frames`, by default auto: out of core on a CPU): its windows/s, the seconds its setup
+  took (statistics, frame cache), and its peak RSS (the process's `ru_maxrss`, everything it ever held);
+  with `--concurrent N`, N runs of each of `--concurrent-models` at once (as `hydra/launcher=shared_device`
+  runs a sweep): their aggregate windows/s and the sum of their peak RSS;
+- the frame cache's size on disk, and a memory model: the RAM a run needs in memory and out of core
+  at each corpus size, from the measured peak RSS and the arrays' bytes;
+- the projected grid time: models x subsets x seeds x epochs x --windows at the end-to-end speed (the
+  v+a+t speed for every subset, so an upper bound; training only, as in train_throughput.py).
+The tables go to docs/results/grid.md (`--out` elsewhere, `--no-write` to print only; `--json` for the
+raw values). `--keep` keeps the synthetic stores (in `--work`, default /tmp) for the next run.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ import itertools
 import json
 import os
 import resource
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -132,12 +139,15 @@ def features_config(branch_dims: dict[str, int]) -> dict:
 
 
 def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str, batch_size: int,
-               memory_gb: float) -> EmpathyDataModule:
-    """The training datamodule on (dataset folder, store folder), reading `branch_dims`' branches."""
+               memory_gb: float, frames: str = "auto", trainer: L.Trainer | None = None) -> EmpathyDataModule:
+    """The training datamodule on (dataset folder, store folder), reading `branch_dims`' branches, its frame
+    arrays where `frames` says (for `trainer`'s device when given, as in train.py)."""
     features = features_config(branch_dims)
     dm = EmpathyDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
                            name="grid", batch_size=batch_size, extract_workers=1, loader=loader,
-                           device_memory_gb=memory_gb)
+                           frames=frames, device_memory_gb=memory_gb)
+    if trainer is not None:
+        dm.trainer = trainer
     dm.prepare_data = lambda: None  # measure the store as it is: no extraction (the synthetic one has no media)
     dm.setup("fit")
     return dm
@@ -188,46 +198,59 @@ class Preloaded(Dataset):
         return self.batches[i]
 
 
+def _trainer(args: argparse.Namespace, callbacks: list) -> L.Trainer:
+    cuda = args.device == "cuda"
+    return L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=-1,
+                     max_steps=args.warmup + args.steps, logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                     limit_val_batches=0, callbacks=callbacks)  # over as many epochs as the steps take
+
+
 def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None) -> dict[str, Any]:
     """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches.
     Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock)."""
     L.seed_everything(0, workers=False)
     module = fusion_module(name, dm.modalities, dm.input_dims)
-    cuda = args.device == "cuda"
     timer = StepTimer(args.warmup)
-    trainer = L.Trainer(accelerator="gpu" if cuda else "cpu", devices=1, precision=args.precision, max_epochs=-1,
-                        max_steps=args.warmup + args.steps, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        limit_val_batches=0, callbacks=[timer])  # over as many epochs as the steps take
+    trainer = _trainer(args, [timer])
     if preloaded is None:
         trainer.fit(module, datamodule=dm)
     else:
         trainer.fit(module, train_dataloaders=DataLoader(Preloaded(preloaded), batch_size=None))
     windows = timer.timed_steps * args.batch_size
     return {"rate": windows / (timer.stop - timer.start), "windows": windows, "start": timer.start, "stop": timer.stop,
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None}
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if args.device == "cuda" else None}
 
 
-def _concurrent_run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace, threads: int,
-                    barrier: Any, results: Any) -> None:
-    """One of --concurrent training processes: its own datamodule and model on the shared device."""
+def _run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace, threads: int,
+         barrier: Any, results: Any) -> None:
+    """One training run in its own process, as train.py runs one: datamodule (statistics, frame arrays where
+    --frames says), model, --steps steps; with its setup time and the process's peak RSS."""
     torch.set_num_threads(threads)
-    dm = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb)
+    began = time.perf_counter()
+    trainer = _trainer(args, []) if args.device == "cuda" else None
+    dm = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb, args.frames, trainer)
+    setup = time.perf_counter() - began
     barrier.wait()
-    results.put(train_rate(name, dm, args, None))
+    result = train_rate(name, dm, args, None)
+    results.put({**result, "setup_s": setup, "frames": dm.frames.where or f"in memory on {dm.frames.device}",
+                 "in_memory_gb": dm.frames.nbytes() / 1e9, "disk_gb": dm.frames.disk_nbytes() / 1e9,
+                 "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20})
 
 
-def concurrent_rate(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
-    """--concurrent processes training `name` at once on one device, as a launcher with that many workers
+def runs_at_once(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace,
+                 count: int) -> dict[str, Any]:
+    """`count` fresh processes training `name` at once on one device, as a launcher with that many workers
     would (conf/hydra/launcher/shared_device.yaml): the windows they all trained over the span from the
-    first timed step to the last (so time one run spends alone counts against the aggregate)."""
+    first timed step to the last (so time one run spends alone counts against the aggregate), and each
+    one's peak RSS."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
-    barrier, results = context.Barrier(args.concurrent), context.Queue()
-    threads = max(1, torch.get_num_threads() // args.concurrent)
-    runs = [context.Process(target=_concurrent_run, args=(name, root, dims, args, threads, barrier, results))
-            for _ in range(args.concurrent)]
+    barrier, results = context.Barrier(count), context.Queue()
+    threads = max(1, torch.get_num_threads() // count)
+    runs = [context.Process(target=_run, args=(name, root, dims, args, threads, barrier, results))
+            for _ in range(count)]
     for run in runs:
         run.start()
     done = [results.get() for _ in runs]
@@ -236,14 +259,193 @@ def concurrent_rate(name: str, root: tuple[Path, Path], dims: dict[str, int], ar
     span = max(d["stop"] for d in done) - min(d["start"] for d in done)
     peaks = [d["peak_gpu_gib"] for d in done if d["peak_gpu_gib"] is not None]
     return {"rate": sum(d["windows"] for d in done) / span, "runs": [d["rate"] for d in done],
-            "peak_gpu_gib": sum(peaks) if peaks else None, "threads_per_run": threads}
+            "peak_gpu_gib": sum(peaks) if peaks else None, "threads_per_run": threads,
+            "peak_rss_gib": [d["peak_rss_gib"] for d in done], "setup_s": [d["setup_s"] for d in done],
+            "frames": done[0]["frames"], "in_memory_gb": done[0]["in_memory_gb"], "disk_gb": done[0]["disk_gb"]}
+
+
+def disk_gb(path: Path) -> float:
+    """Bytes a folder takes on disk (allocated blocks: sparse files count what they hold), in GB."""
+    try:
+        return int(subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True, check=True)
+                   .stdout.split()[0]) * 1024 / 1e9
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 1e9
+
+
+def synthetic(args: argparse.Namespace, fraction: float, dims: dict[str, int]) -> tuple[tuple[Path, Path], dict]:
+    """The synthetic dataset and store at `fraction` (reused when already written): paths and what it took."""
+    work = (args.work or Path("/tmp")) / f"empathic_grid_{canonical_hash([fraction, args.sessions, dims])}"
+    began = time.perf_counter()
+    reused = (work / "spec.json").exists()
+    write_synthetic(work, fraction, args.sessions, dims)
+    seconds = time.perf_counter() - began
+    info = {"fraction": fraction, "work": work, "store_gb": disk_gb(work / "store"), "seconds": seconds,
+            "reused": reused and seconds < 60}
+    print(f"synthetic store {work} ({fraction:g} of EmpathicStories++): {info['store_gb']:.2f} GB on disk, "
+          f"{'reused' if info['reused'] else 'written'} in {seconds:.1f} s")
+    return (work / "dataset", work / "store"), info
+
+
+def alternate(measures: dict[str, Any], rounds: int) -> dict[str, list]:
+    """Each measure `rounds` times, in turn (a, b, a, b, ...), so a drift of the machine hits all alike."""
+    out: dict[str, list] = {key: [] for key in measures}
+    for _ in range(rounds):
+        for key, measure in measures.items():
+            out[key].append(measure())
+    return out
+
+
+def compare(args: argparse.Namespace, dims: dict[str, int], models: list[str]) -> dict[str, Any]:
+    """In memory beside out of core (and the per-window reference) at --compare-fraction, in this process."""
+    root, store = synthetic(args, args.compare_fraction, dims)
+    trainer = _trainer(args, []) if args.device == "cuda" else None
+    memory = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb, "memory", trainer)
+    disk = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb, "disk", trainer)
+    reference = datamodule(root, dims, "reference", args.batch_size, args.device_memory_gb)
+    loaders = alternate({"memory": lambda: loader_rate(memory, args.loader_batches),
+                         "disk": lambda: loader_rate(disk, args.loader_batches)}, args.rounds)
+    loaders["reference"] = [loader_rate(reference, args.reference_batches)]
+    best = {key: max(values, key=lambda v: v[0]) for key, values in loaders.items()}
+    where = memory.frames.device
+    window_bytes = FRAMES * sum(memory.input_dims[m] for m in memory.modalities) * 4  # float32 output per window
+    bandwidth = copy_bandwidth(where)
+    device = torch.device(args.device)
+    preloaded = [move_data_to_device(b, device)
+                 for b in itertools.islice(memory.train_dataloader(), args.warmup + args.steps)]
+    rows = []
+    for name in models:
+        rates = alternate({"memory": lambda: train_rate(name, memory, args, None)["rate"],
+                           "disk": lambda: train_rate(name, disk, args, None)["rate"],
+                           "preloaded": lambda: train_rate(name, memory, args, preloaded)["rate"]}, args.rounds)
+        rows.append({"model": name, **{key: max(values) for key, values in rates.items()}})
+    return {"store": store, "windows": len(memory.datasets["train"]), "memory_gb": memory.frames.nbytes() / 1e9,
+            "cache_gb": disk.frames.disk_nbytes() / 1e9, "device": str(where), "loaders": best,
+            "loader_rounds": loaders, "bandwidth": bandwidth, "window_bytes": window_bytes, "models": rows}
+
+
+def at_fraction(args: argparse.Namespace, fraction: float, dims: dict[str, int], models: list[str]) -> dict[str, Any]:
+    """Every model in a fresh process at `fraction`, then --concurrent runs at once."""
+    root, store = synthetic(args, fraction, dims)
+    single = {name: runs_at_once(name, root, dims, args, 1) for name in models}
+    together = {}
+    if args.concurrent > 1:
+        for name in args.concurrent_models.split(",") if args.concurrent_models else models:
+            together[name] = runs_at_once(name, root, dims, args, args.concurrent)
+    cache = root[1] / "frame_cache"
+    return {"store": store, "single": single, "together": together,
+            "cache_disk_gb": disk_gb(cache) if cache.exists() else 0.0}
+
+
+def _gb(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None, fractions: list[dict]) -> list[str]:
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    lines = [f"{device}, batch {args.batch_size}, {FRAMES} frames, branches {dims}, {args.precision}, "
+             f"{args.sessions} sessions, torch threads {torch.get_num_threads()}", ""]
+    if compared is not None:
+        loaders, c = compared["loaders"], compared
+        written = loaders["memory"][0] * c["window_bytes"] / 1e9
+        lines += [f"### In memory beside out of core ({args.compare_fraction:g} of the corpus, "
+                  f"{c['windows']:,} training windows)", "",
+                  f"Store {c['store']['store_gb']:.2f} GB on disk; frame arrays {c['memory_gb']:.2f} GB in memory on "
+                  f"{c['device']} (`data.frames=memory`), or a {c['cache_gb']:.2f} GB frame cache read out of core "
+                  f"(`data.frames=disk`). Best of {args.rounds} alternated rounds.", "",
+                  f"Loader only (training split, batch {args.batch_size}), windows/s:", "",
+                  "| | in memory | out of core | out of core / in memory | per-window reference |",
+                  "|---|---|---|---|---|",
+                  f"| per wall second | {loaders['memory'][0]:,.0f} | {loaders['disk'][0]:,.0f} | "
+                  f"{loaders['disk'][0] / loaders['memory'][0]:.2f}x | {loaders['reference'][0]:,.0f} |",
+                  f"| per CPU second | {loaders['memory'][1]:,.0f} | {loaders['disk'][1]:,.0f} | "
+                  f"{loaders['disk'][1] / loaders['memory'][1]:.2f}x | {loaders['reference'][1]:,.0f} |", "",
+                  f"The in-memory gather writes {written:.2f} GB/s of float32 windows; a tensor copy on {c['device']} "
+                  f"moves {c['bandwidth']:.1f} GB/s (read + write), so it runs at {written / (c['bandwidth'] / 2):.0%} "
+                  "of its write rate.", "",
+                  "Training windows/s end to end (Lightning Trainer on the datamodule's loader):", "",
+                  "| model | in memory | out of core | out of core / in memory | pre-loaded batches | "
+                  "loader overhead (in memory) |", "|---|---|---|---|---|---|"]
+        for r in c["models"]:
+            lines.append(f"| {r['model']} | {r['memory']:,.0f} | {r['disk']:,.0f} | {r['disk'] / r['memory']:.2f}x | "
+                         f"{r['preloaded']:,.0f} | {r['preloaded'] / r['memory']:.3f}x |")
+        lines.append("")
+    grid_windows = args.subsets * args.seeds * args.epochs * args.windows  # trained per model over the grid
+    for f in fractions:
+        store = f["store"]
+        lines += [f"### {store['fraction']:g} of the corpus: one run per process", "",
+                  f"Synthetic store: {store['store_gb']:.2f} GB on disk, "
+                  f"{_made(store)}; "
+                  f"frame cache: {f['cache_disk_gb']:.2f} GB on disk.", "",
+                  "| model | frame arrays | setup s | train windows/s | peak RSS GiB | peak GPU GiB | grid h |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, r in f["single"].items():
+            gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
+            lines.append(f"| {name} | {_where(r)} | {r['setup_s'][0]:.0f} | {r['rate']:,.0f} | "
+                         f"{r['peak_rss_gib'][0]:.2f} | {gpu} | {grid_windows / r['rate'] / 3600:.2f} |")
+        lines += ["", f"Grid ({len(f['single'])} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} "
+                  f"epochs x {args.windows:,} windows, training only, runs in sequence on one device): "
+                  f"{sum(grid_windows / r['rate'] / 3600 for r in f['single'].values()):.2f} h", ""]
+        if f["together"]:
+            lines += [f"{args.concurrent} runs at once (separate processes, "
+                      f"{next(iter(f['together'].values()))['threads_per_run']} torch thread(s) each on CPU):", "",
+                      "| model | aggregate windows/s | per-run windows/s | per-run setup s | per-run peak RSS GiB | "
+                      "sum of peak RSS GiB | peak GPU GiB (sum) |", "|---|---|---|---|---|---|---|"]
+            for name, r in f["together"].items():
+                gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
+                lines.append(f"| {name} | {r['rate']:,.0f} | {', '.join(f'{v:,.0f}' for v in r['runs'])} | "
+                             f"{', '.join(f'{v:.0f}' for v in r['setup_s'])} | "
+                             f"{', '.join(f'{v:.2f}' for v in r['peak_rss_gib'])} | {sum(r['peak_rss_gib']):.2f} | {gpu} |")
+            lines.append("")
+    lines += memory_model(dims, fractions)
+    return lines
+
+
+def _made(store: dict) -> str:
+    return "reused from an earlier run" if store["reused"] else f"written in {store['seconds']:.0f} s"
+
+
+def _where(run: dict) -> str:
+    return "out of core" if run["frames"].startswith("out of core") else run["frames"]
+
+
+def memory_model(dims: dict[str, int], fractions: list[dict]) -> list[str]:
+    """RAM a run needs at each corpus size: out of core, the largest peak RSS measured (it does not grow with
+    the corpus) plus a page cache as large as the frame cache to read at memory speed; in memory, that peak
+    plus the float32 frame arrays (4 bytes x frames x input dims)."""
+    measured = [max(r["peak_rss_gib"]) for f in fractions for r in f["single"].values()
+                if r["frames"].startswith("out of core")]
+    if not measured:
+        return []
+    base = max(measured)
+    width = sum(d for b, d in dims.items() if b not in INDEXED)  # indexed branches keep small tables instead
+    lines = ["### Memory model (from the runs above)", "",
+             f"Out of core a run's peak RSS stays at most {base:.2f} GiB whatever the corpus size (largest measured "
+             f"above). Its frames are read from the frame cache (4 bytes x frames x {width} dense input dims), which the "
+             "operating system keeps in its page cache as far as RAM allows and shares between all runs; a run "
+             "still trains when it does not fit, reading from disk. In memory each run holds the frame arrays "
+             "itself (a GPU holds them in its own memory instead).", "",
+             "| corpus | frames | frame arrays (float32) | out of core: per run | + page cache for full speed "
+             "(shared) | in memory: per run |", "|---|---|---|---|---|---|"]
+    for fraction in (0.05, 0.25, 0.5, 1.0, 2.0):
+        frames = FULL_FRAMES * fraction
+        arrays = 4 * frames * width / 2 ** 30
+        lines.append(f"| {fraction:g} x EmpathicStories++ | {frames / 1e6:.2f} M | {arrays:.1f} GiB | {base:.1f} GiB | "
+                     f"{arrays:.1f} GiB | {base + arrays:.1f} GiB |")
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--fraction", type=float, default=0.01, help="of EmpathicStories++'s 2.86 M frames")
+    parser.add_argument("--fraction", default="0.01",
+                        help="of EmpathicStories++'s 2.86 M frames; several, comma-separated, run one after another")
+    parser.add_argument("--compare-fraction", type=float, default=0.05,
+                        help="where frame arrays in memory and out of core are timed side by side (0: skip)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternated rounds of the side-by-side measures")
+    parser.add_argument("--frames", choices=("auto", "memory", "disk"), default="auto",
+                        help="data.frames of the runs at --fraction (auto: out of core on a CPU)")
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--branches", default="face=1451,audio=65,text=384",
                         help="store branches and dims (the paper's: face=714,cnn=2048,audio=65,text=384)")
@@ -259,12 +461,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--windows", type=int, default=FULL_WINDOWS)
     parser.add_argument("--concurrent", type=int, default=1,
-                        help="also train this many runs of each model at once on the device, one process each")
-    parser.add_argument("--work", type=Path, default=None, help="where the synthetic store goes (default: /tmp)")
-    parser.add_argument("--dataset-dir", type=Path, default=None,
-                        help="measure on this dataset and its extracted --store-dir instead of a synthetic store "
-                             "(e.g. data/demo and data/features/demo; --branches must name its branches)")
-    parser.add_argument("--store-dir", type=Path, default=None)
+                        help="also train this many runs at once on the device, one process each")
+    parser.add_argument("--concurrent-models", default=None, help="the models run --concurrent at once (default: all)")
+    parser.add_argument("--work", type=Path, default=None, help="where the synthetic stores go (default: /tmp)")
+    parser.add_argument("--keep", action="store_true", help="keep the synthetic stores (and frame caches) afterwards")
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results as JSON here")
     add_output_arguments(parser, "grid")
     args = parser.parse_args(argv)
@@ -276,98 +476,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = set(dims) - set(BRANCH_MODALITY)
     if unknown:
         parser.error(f"--branches: unknown {sorted(unknown)}; choose from {sorted(BRANCH_MODALITY)}")
-    if (args.dataset_dir is None) != (args.store_dir is None):
-        parser.error("--dataset-dir and --store-dir go together")
-    if args.dataset_dir is not None:
-        root = (args.dataset_dir, args.store_dir)
-        print(f"dataset {args.dataset_dir}, store {args.store_dir}")
-    else:
-        work = args.work or Path("/tmp") / f"empathic_grid_{canonical_hash([args.fraction, args.sessions, dims])}"
-        began = time.perf_counter()
-        write_synthetic(work, args.fraction, args.sessions, dims)
-        root = (work / "dataset", work / "store")
-        print(f"synthetic store {work} ({args.fraction:g} of EmpathicStories++) ready in {time.perf_counter() - began:.1f} s")
-
-    device = torch.device(args.device)
-    batched = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb)
-    reference = datamodule(root, dims, "reference", args.batch_size, args.device_memory_gb)
-    n_train = len(batched.datasets["train"])
-    stored = batched.frames.nbytes() / 1e9
-    if args.device == "cuda":  # place the arrays as training would (the trainer's device)
-        batched.trainer = L.Trainer(accelerator="gpu", devices=1, logger=False)
-    new_rate, new_cpu = loader_rate(batched, args.loader_batches)
-    old_rate, old_cpu = loader_rate(reference, args.reference_batches)
-    where = batched.frames.device
-    window_bytes = FRAMES * sum(batched.input_dims[m] for m in batched.modalities) * 4  # float32 output per window
-    bandwidth = copy_bandwidth(where)
-    load = os.getloadavg()
-
-    preloaded = [b for b in itertools.islice(batched.train_dataloader(), args.warmup + args.steps)]
-    preloaded = [move_data_to_device(b, device) for b in preloaded]
-    rows = []
-    grid_windows = args.subsets * args.seeds * args.epochs * args.windows  # trained per model over the grid
-    for name in args.models.split(","):
-        end_to_end = train_rate(name, batched, args, None)
-        pre = train_rate(name, batched, args, preloaded)
-        row = {"model": name, "train_windows_per_s": end_to_end["rate"], "preloaded_windows_per_s": pre["rate"],
-               "overhead": pre["rate"] / end_to_end["rate"], "peak_gpu_gib": end_to_end["peak_gpu_gib"],
-               "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
-               "grid_hours": grid_windows / end_to_end["rate"] / 3600}
-        if args.concurrent > 1:
-            together = concurrent_rate(name, root, dims, args)
-            row.update({"concurrent_windows_per_s": together["rate"], "concurrent_runs_windows_per_s": together["runs"],
-                        "concurrent_peak_gpu_gib": together["peak_gpu_gib"],
-                        "concurrent_threads_per_run": together["threads_per_run"],
-                        "concurrent_grid_hours": grid_windows / together["rate"] / 3600})
-        rows.append(row)
-    grid = sum(r["grid_hours"] for r in rows)
-    written = new_rate * window_bytes / 1e9
-    lines = [f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, batch {args.batch_size}, {FRAMES} frames, "
-             f"branches {dims}, {args.precision}; {n_train} training windows; frame arrays {stored:.2f} GB on {where}; "
-             f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) after the loader runs, "
-             f"torch threads {torch.get_num_threads()}", "",
-             f"Loader only (training split, batch {args.batch_size}), windows/s:", "",
-             "| | batched | reference WindowDataset | ratio |", "|---|---|---|---|",
-             f"| per wall second | {new_rate:,.0f} | {old_rate:,.0f} | x{new_rate / old_rate:.1f} |",
-             f"| per CPU second | {new_cpu:,.0f} | {old_cpu:,.0f} | x{new_cpu / old_cpu:.1f} |", "",
-             f"The batched gather writes {written:.2f} GB/s of float32 windows; a tensor copy on {where} moves "
-             f"{bandwidth:.1f} GB/s (read + write), so the gather's output runs at {written / (bandwidth / 2):.0%} of "
-             "its write rate.", "",
-             "| model | train windows/s (end to end) | pre-loaded windows/s | loader overhead (e2e/pre step time) "
-             "| peak GPU GiB | peak RSS GiB | grid h |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
-        lines.append(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['preloaded_windows_per_s']:,.0f} | "
-                     f"{r['overhead']:.3f}x | {gpu} | {r['peak_rss_gib']:.2f} | {r['grid_hours']:.2f} |")
-    lines += ["", f"Grid ({len(rows)} models x {args.subsets} subsets x {args.seeds} seeds x {args.epochs} epochs x "
-              f"{args.windows:,} windows, training only, runs in sequence on one device): {grid:.2f} h"]
-    if args.concurrent > 1:
-        lines += ["", f"{args.concurrent} runs at once on one device (separate processes, "
-                  f"{rows[0]['concurrent_threads_per_run']} torch thread(s) each on CPU), aggregate over the span from "
-                  "the first timed step to the last:", "",
-                  "| model | one run windows/s | aggregate windows/s | speed-up | per-run windows/s | peak GPU GiB (sum) "
-                  "| grid h |", "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            gpu = f"{r['concurrent_peak_gpu_gib']:.2f}" if r["concurrent_peak_gpu_gib"] is not None else "-"
-            lines.append(f"| {r['model']} | {r['train_windows_per_s']:,.0f} | {r['concurrent_windows_per_s']:,.0f} | "
-                         f"x{r['concurrent_windows_per_s'] / r['train_windows_per_s']:.2f} | "
-                         f"{', '.join(f'{v:,.0f}' for v in r['concurrent_runs_windows_per_s'])} | {gpu} | "
-                         f"{r['concurrent_grid_hours']:.2f} |")
-        lines += ["", f"Grid with {args.concurrent} runs at once: {sum(r['concurrent_grid_hours'] for r in rows):.2f} h"]
-    source = (f"dataset {args.dataset_dir}, store {args.store_dir}" if args.dataset_dir is not None
-              else f"synthetic store at {args.fraction:g} of EmpathicStories++'s size")
+    models = args.models.split(",")
+    compared = compare(args, dims, models) if args.compare_fraction > 0 else None
+    fractions = []
+    for fraction in (float(f) for f in args.fraction.split(",")):
+        fractions.append(at_fraction(args, fraction, dims, models))
+        if not args.keep:
+            shutil.rmtree(fractions[-1]["store"]["work"], ignore_errors=True)
+    if compared is not None and not args.keep:
+        shutil.rmtree(compared["store"]["work"], ignore_errors=True)
+    lines = report(args, dims, compared, fractions)
     print("\n" + "\n".join(lines))
-    write_results(args, f"Grid end to end from the feature store ({source})", "\n".join(lines))
-    result = {"device": str(where), "args": {k: str(v) for k, v in vars(args).items()}, "load_average": load,
-              "concurrent_grid_hours": sum(r["concurrent_grid_hours"] for r in rows) if args.concurrent > 1 else None,
-              "loader": {"batched_windows_per_s": new_rate, "reference_windows_per_s": old_rate,
-                         "batched_windows_per_cpu_s": new_cpu, "reference_windows_per_cpu_s": old_cpu,
-                         "copy_bandwidth_gb_s": bandwidth, "window_bytes": window_bytes},
-              "models": rows, "grid_hours": grid}
+    write_results(args, f"Grid end to end from the feature store (synthetic stores at {args.fraction} of "
+                        "EmpathicStories++'s size)", "\n".join(lines))
+    result = {"args": {k: str(v) for k, v in vars(args).items()}, "compared": compared, "fractions": fractions}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+        args.json.write_text(json.dumps(result, indent=1, default=str))
     return result
 
 
