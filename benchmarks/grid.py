@@ -16,7 +16,7 @@ long it took, then prints:
   to end per model in memory and out of core, each with its ratio, rounds alternated;
 - at each `--fraction`, every model trained for `--steps` in a fresh process, as train.py runs
   (`data.frames=--frames`, by default auto: out of core on a CPU): its windows/s, the seconds its setup
-  took (statistics, frame cache), and its peak RSS (the process's `ru_maxrss`, everything it ever held);
+  took (statistics, frame cache), and its peak RSS (the process's high-water mark, everything it ever held);
   with `--concurrent N`, N runs of each of `--concurrent-models` at once (as `hydra/launcher=shared_device`
   runs a sweep): their aggregate windows/s and the sum of their peak RSS;
 - the frame cache's size on disk, and a memory model: the RAM a run needs in memory and out of core
@@ -235,7 +235,21 @@ def _run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argpars
     result = train_rate(name, dm, args, None)
     results.put({**result, "setup_s": setup, "frames": dm.frames.where or f"in memory on {dm.frames.device}",
                  "in_memory_gb": dm.frames.nbytes() / 1e9, "disk_gb": dm.frames.disk_nbytes() / 1e9,
-                 "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20})
+                 "peak_rss_gib": peak_rss_gib()})
+
+
+def peak_rss_gib() -> float:
+    """This process's peak resident set size, GiB: Linux's VmHWM, the high-water mark of this process's own
+    memory since it started (ru_maxrss would also count the parent's memory when it was spawned: the mark
+    survives fork and exec); ru_maxrss elsewhere."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2 ** 20
+    except OSError:
+        pass
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2 ** 30
 
 
 def runs_at_once(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace,
@@ -280,7 +294,8 @@ def synthetic(args: argparse.Namespace, fraction: float, dims: dict[str, int]) -
     reused = (work / "spec.json").exists()
     write_synthetic(work, fraction, args.sessions, dims)
     seconds = time.perf_counter() - began
-    info = {"fraction": fraction, "work": work, "store_gb": disk_gb(work / "store"), "seconds": seconds,
+    store_gb = disk_gb(work / "store" / "sessions") + disk_gb(work / "store" / "dataset")  # not its frame caches
+    info = {"fraction": fraction, "work": work, "store_gb": store_gb, "seconds": seconds,
             "reused": reused and seconds < 60}
     print(f"synthetic store {work} ({fraction:g} of EmpathicStories++): {info['store_gb']:.2f} GB on disk, "
           f"{'reused' if info['reused'] else 'written'} in {seconds:.1f} s")
