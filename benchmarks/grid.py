@@ -425,28 +425,32 @@ def _where(run: dict) -> str:
 
 
 def memory_model(dims: dict[str, int], fractions: list[dict]) -> list[str]:
-    """RAM a run needs at each corpus size: out of core, the largest peak RSS measured (it does not grow with
-    the corpus) plus a page cache as large as the frame cache to read at memory speed; in memory, that peak
-    plus the float32 frame arrays (4 bytes x frames x input dims)."""
-    measured = [max(r["peak_rss_gib"]) for f in fractions for r in f["single"].values()
-                if r["frames"].startswith("out of core")]
-    if not measured:
+    """RAM a run needs at each corpus size, from the runs measured: out of core, the largest peak RSS at the
+    largest fraction measured (what grows with the corpus in a run is a few bytes a frame and a window),
+    plus a page cache as large as the frame cache to read at memory speed; in memory, that plus the float32
+    frame arrays (4 bytes x frames x dense input dims), which a GPU holds in its own memory instead."""
+    peaks = {f["store"]["fraction"]: max(r["peak_rss_gib"][0] for r in f["single"].values())
+             for f in fractions if all(r["frames"].startswith("out of core") for r in f["single"].values())}
+    if not peaks:
         return []
-    base = max(measured)
+    low, high = min(peaks), max(peaks)
+    base = peaks[high]
     width = sum(d for b, d in dims.items() if b not in INDEXED)  # indexed branches keep small tables instead
     lines = ["### Memory model (from the runs above)", "",
-             f"Out of core a run's peak RSS stays at most {base:.2f} GiB whatever the corpus size (largest measured "
-             f"above). Its frames are read from the frame cache (4 bytes x frames x {width} dense input dims), which the "
-             "operating system keeps in its page cache as far as RAM allows and shares between all runs; a run "
-             "still trains when it does not fit, reading from disk. In memory each run holds the frame arrays "
-             "itself (a GPU holds them in its own memory instead).", "",
-             "| corpus | frames | frame arrays (float32) | out of core: per run | + page cache for full speed "
-             "(shared) | in memory: per run |", "|---|---|---|---|---|---|"]
-    for fraction in (0.05, 0.25, 0.5, 1.0, 2.0):
+             f"Out of core the largest peak RSS of a run was {base:.2f} GiB at {high:g} of the corpus"
+             + (f" and {peaks[low]:.2f} GiB at {low:g}" if low != high else "") + ". The frame arrays "
+             f"(4 bytes x frames x {width} dense input dims) are a frame cache on disk, which the operating system "
+             "keeps in its page cache as far as RAM allows and shares between all runs; runs still train when it "
+             "does not fit, reading from disk. In memory each run holds the arrays itself; on a GPU they are held in "
+             "its memory while they fit data.device_memory_gb.", "",
+             "| corpus | frames | frame arrays, float32: frame cache on disk, page cache for full speed (shared), or "
+             "GPU memory | CPU, out of core: RAM per run | CPU, in memory: RAM per run |", "|---|---|---|---|---|"]
+    for fraction in sorted({0.05, 0.25, 0.5, 1.0, *peaks}):
         frames = FULL_FRAMES * fraction
         arrays = 4 * frames * width / 2 ** 30
-        lines.append(f"| {fraction:g} x EmpathicStories++ | {frames / 1e6:.2f} M | {arrays:.1f} GiB | {base:.1f} GiB | "
-                     f"{arrays:.1f} GiB | {base + arrays:.1f} GiB |")
+        per_run = f"{base:.1f} GiB" if fraction <= high else f"{base:.1f} GiB + a few bytes a frame beyond {high:g}"
+        lines.append(f"| {fraction:g} x EmpathicStories++ | {frames / 1e6:.2f} M | {arrays:.1f} GiB | {per_run} | "
+                     f"{base + arrays:.1f} GiB |")
     return lines + [""]
 
 

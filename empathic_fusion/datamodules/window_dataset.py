@@ -27,12 +27,13 @@ from empathic_fusion.features.store import FeatureStore
 CHUNK_ROWS = 8192  # frames read (and z-scored) at a time when a whole session is read: bounds memory, whatever its length
 
 
-def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_embeddings: np.ndarray,
-                  story_rows: dict[str, int], traits: pd.DataFrame) -> tuple[np.ndarray, ...]:
-    """Per window: target (float32), rating, story embedding, standardised traits and their mask."""
+def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_rows: dict[str, int],
+                  traits: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """Per window: target (float32), rating, the row of its story's embedding (int64: a window holds the
+    row, not the embedding, so labels stay a few bytes a window), standardised traits and their mask."""
     rated = ratings.loc[windows.rating_index]
     targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
-    story = story_embeddings[[story_rows[s] for s in rated.story_id]].astype(np.float32)
+    story = np.array([story_rows[s] for s in rated.story_id], dtype=np.int64)
     trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
     trait_mask = np.isfinite(trait_values)
     return targets, rated.empathy.to_numpy(), story, np.nan_to_num(TRAIT_SCALE.to_target(trait_values)).astype(np.float32), trait_mask
@@ -78,8 +79,9 @@ class WindowDataset(Dataset):
         self.missing = source.missing  # (session, modality) or (session, modality, branch) that failed: masked
         self.branches = source.branches
         self.branch_dims = source.branch_dims
-        labels = window_labels(self.windows, ratings, story_embeddings, story_rows, traits)
-        self.targets, self.ratings, self.story, self.traits, self.traits_mask = labels
+        labels = window_labels(self.windows, ratings, story_rows, traits)
+        self.targets, self.ratings, self.story_row, self.traits, self.traits_mask = labels
+        self.story_embeddings = np.asarray(story_embeddings, dtype=np.float32)
         self._arrays: dict[tuple[str, str, str], np.ndarray] = {}
         self.dims = source.dims
 
@@ -152,7 +154,7 @@ class WindowDataset(Dataset):
             x, mask = self._modality(modality, sid, start, self.dims[modality])
             item[modality] = {"x": torch.from_numpy(x), "mask": torch.from_numpy(mask),
                               "lengths": torch.tensor(length, dtype=torch.long)}
-        item["story"] = torch.from_numpy(self.story[i])
+        item["story"] = torch.from_numpy(self.story_embeddings[self.story_row[i]])
         item["traits"] = torch.from_numpy(self.traits[i])
         item["traits_mask"] = torch.from_numpy(self.traits_mask[i])
         item["target"] = torch.tensor(self.targets[i])

@@ -370,7 +370,7 @@ class HostBuffers:
 class WindowBatches(Dataset):
     """One split's windows; `data[indices]` is a whole batch in the batch-dict contract, `data[i]` one window.
 
-    Keeps `WindowDataset`'s attributes (`windows`, `ratings`, `targets`, `story`, `traits`, `traits_mask`).
+    Keeps `WindowDataset`'s attributes (`windows`, `ratings`, `targets`, `story_row`, `traits`, `traits_mask`).
     """
 
     def __init__(self, frames: FrameArrays, windows: pd.DataFrame, ratings: pd.DataFrame, length: int,
@@ -380,8 +380,8 @@ class WindowBatches(Dataset):
         self.windows = windows.reset_index(drop=True)
         self.length = int(length)
         self.modalities = list(frames.branches)
-        labels = window_labels(self.windows, ratings, story_embeddings, story_rows, traits)
-        self.targets, self.ratings, self.story, self.traits, self.traits_mask = labels
+        labels = window_labels(self.windows, ratings, story_rows, traits)
+        self.targets, self.ratings, self.story_row, self.traits, self.traits_mask = labels
         sessions = self.windows.session_id.to_numpy()
         starts = self.windows.start.to_numpy(dtype=np.int64)
         if (starts < 0).any():
@@ -391,8 +391,9 @@ class WindowBatches(Dataset):
         self.index = {"lengths": torch.from_numpy(np.clip(total - starts, 0, self.length)),
                       "first": torch.from_numpy(first),
                       "rating_index": torch.tensor(self.windows.rating_index.to_numpy(dtype=np.int64)),
-                      "story": torch.from_numpy(self.story), "traits": torch.from_numpy(self.traits),
+                      "story_row": torch.from_numpy(self.story_row), "traits": torch.from_numpy(self.traits),
                       "traits_mask": torch.from_numpy(self.traits_mask), "target": torch.from_numpy(self.targets)}
+        self.story_embeddings = torch.from_numpy(np.asarray(story_embeddings, dtype=np.float32))
         self._device = torch.device("cpu")
         self._buffers = HostBuffers()
         self.to(frames.device)
@@ -401,6 +402,7 @@ class WindowBatches(Dataset):
         """Per-window offsets and labels onto the arrays' device."""
         self._device = torch.device(device)
         self.index = {k: v.to(device) for k, v in self.index.items()}
+        self.story_embeddings = self.story_embeddings.to(device)
         return self
 
     def __len__(self) -> int:
@@ -437,7 +439,8 @@ class WindowBatches(Dataset):
                 x = parts[0]
             batch[modality] = {"x": x.view(*shape, -1), "mask": tensors[f"{modality}/mask"].index_select(0, rows).view(shape),
                                "lengths": lengths}
-        for key in ("story", "traits", "traits_mask", "target", "rating_index"):
+        batch["story"] = self.story_embeddings.index_select(0, self.index["story_row"][window])
+        for key in ("traits", "traits_mask", "target", "rating_index"):
             batch[key] = self.index[key][window]
         return batch
 
