@@ -17,8 +17,8 @@ import torch
 
 from empathic_fusion.datamodules import frame_cache
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, frames_place
-from empathic_fusion.datamodules.statistics import _covered_sums
-from empathic_fusion.datamodules.window_gather import FrameLayout, _MemorySink, fill_frames
+from empathic_fusion.datamodules.statistics import covered_sums
+from empathic_fusion.datamodules.window_gather import FrameLayout, MemorySink, fill_frames
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.utils import PROJECT_ROOT
 from tests.conftest import FEATURES_CFG
@@ -146,7 +146,7 @@ def test_filling_a_chunk_at_a_time_equals_one_pass(tiny_dataset, tiny_store):
     layout = FrameLayout.of(frames)
     filled = []
     for chunk in (7, 10 ** 9):
-        sink = _MemorySink(layout, frames.branches, torch.device("cpu"))
+        sink = MemorySink(layout, frames.branches, torch.device("cpu"))
         fill_frames(frames, layout, sink, chunk_rows=chunk)
         filled.append(sink)
     for key in filled[0].tensors:
@@ -154,7 +154,7 @@ def test_filling_a_chunk_at_a_time_equals_one_pass(tiny_dataset, tiny_store):
     assert all(np.array_equal(filled[0].masks[m], filled[1].masks[m]) for m in MODALITIES)
     store, sid = FeatureStore(tiny_store), next(iter(frames.session_frames))
     covered = np.asarray(store.load(sid, "face", "mask")) > 0
-    chunked, whole = _covered_sums(store, sid, "face", covered, 5), _covered_sums(store, sid, "face", covered, 10 ** 9)
+    chunked, whole = covered_sums(store, sid, "face", covered, 5), covered_sums(store, sid, "face", covered, 10 ** 9)
     assert chunked[2] == whole[2] and np.array_equal(chunked[0], whole[0]) and np.array_equal(chunked[1], whole[1])
 
 

@@ -45,7 +45,7 @@ def branch_stats(store: FeatureStore, modality: str, branch: str, windows: pd.Da
         covered &= store.load(sid, branch, "mask") > 0
         if modality == "audio":
             covered &= speaking[sid][: len(covered)]
-        session = _covered_sums(store, sid, branch, covered)
+        session = covered_sums(store, sid, branch, covered)
         if session is None:
             continue
         total = session[0] if total is None else total + session[0]
@@ -58,7 +58,7 @@ def branch_stats(store: FeatureStore, modality: str, branch: str, windows: pd.Da
     return mean.astype(np.float32), np.where(std < 1e-6, 1.0, std).astype(np.float32)
 
 
-def _covered_sums(store: FeatureStore, sid: str, branch: str, covered: np.ndarray,
+def covered_sums(store: FeatureStore, sid: str, branch: str, covered: np.ndarray,
                   chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Sum and sum of squares (float64) of a session's covered frames, read a chunk of rows at a time so
     memory does not grow with the session's length. Each chunk's rows are added after the running sums,

@@ -129,7 +129,7 @@ def fill_frames(source: FrameSource, layout: FrameLayout, sink: FrameSink, chunk
             if (sid, modality) in source.missing:
                 continue
             first = layout.offsets[sid]
-            valid, lengths = {}, {}
+            valid, stored = {}, {}  # stored: an indexed branch's (index, table), a dense one's frame count
             for branch in names:
                 if (sid, modality, branch) in source.missing:
                     continue
@@ -143,13 +143,13 @@ def fill_frames(source: FrameSource, layout: FrameLayout, sink: FrameSink, chunk
                                          f"{int(index.max())} of a {len(table)}-row {table_name} table")
                     index = fit_rows(index, n, -1)
                     valid[branch] = index >= 0
-                    lengths[branch] = (index, table)
+                    stored[branch] = (index, table)
                 else:
                     features = store.load(sid, branch, "features")
                     # valid only where the branch has a frame and its mask (cut or padded to it) is set
                     branch_valid = fit_rows(np.asarray(store.load(sid, branch, "mask")) > 0, len(features), False)
                     valid[branch] = fit_rows(branch_valid, n, False)
-                    lengths[branch] = len(features)
+                    stored[branch] = len(features)
                     del features  # read again a chunk at a time below: the mapping never holds a whole session
             frame_mask = np.logical_or.reduce(list(valid.values())) if valid else np.zeros(n, dtype=bool)
             if modality == "audio":
@@ -157,7 +157,7 @@ def fill_frames(source: FrameSource, layout: FrameLayout, sink: FrameSink, chunk
             sink.mask(modality, first, frame_mask)
             for branch in valid:
                 if branch in INDEXED:
-                    index, table = lengths[branch]
+                    index, table = stored[branch]
                     keep = valid[branch] & frame_mask
                     sink.index(branch, first, np.where(keep, index + table_rows[branch], -1))
                     sink.table(branch, table)
@@ -172,7 +172,7 @@ def fill_frames(source: FrameSource, layout: FrameLayout, sink: FrameSink, chunk
                     for branch in (b for b in dense if piece_of[b] == key):
                         start, stop = columns[branch]
                         x = np.zeros((hi - lo, stop - start), dtype=np.float32)
-                        m = max(0, min(hi, lengths[branch]) - lo)
+                        m = max(0, min(hi, stored[branch]) - lo)
                         if m:
                             x[:m] = store.load(sid, branch, "features")[lo: lo + m]
                             store.check_finite(x[:m], sid, branch, "features")
@@ -238,7 +238,7 @@ class DiskRows:
                 out[i, n:] = 0.0
 
 
-class _MemorySink:
+class MemorySink:
     """fill_frames into tensors on `device` (dense chunks copied over one at a time)."""
 
     def __init__(self, layout: FrameLayout, branches: dict[str, list[str]], device: torch.device):
@@ -301,7 +301,7 @@ class FrameArrays:
         """Every frame in tensors on `device`, filled a chunk of rows at a time."""
         device = torch.device(device)
         layout = FrameLayout.of(source)
-        sink = _MemorySink(layout, source.branches, device)
+        sink = MemorySink(layout, source.branches, device)
         fill_frames(source, layout, sink)
         small = small_tensors(sink.masks, sink.indices,
                               {b: np.concatenate(t) if t else np.zeros((0, source.branch_dims[b]), np.float32)
