@@ -49,7 +49,8 @@ def dataset_copy(tiny_dataset, tmp_path) -> Path:
 
 @pytest.fixture
 def store_copy(tiny_store, tmp_path) -> Path:
-    return Path(shutil.copytree(tiny_store, tmp_path / "store"))
+    """A private copy of the tiny store (without the frame caches other tests' runs left in it)."""
+    return Path(shutil.copytree(tiny_store, tmp_path / "store", ignore=shutil.ignore_patterns("frame_cache")))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns xdist_group markers into node-id suffixes

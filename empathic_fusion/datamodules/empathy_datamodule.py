@@ -29,6 +29,7 @@ from empathic_fusion.config import modality_branches, with_defaults
 from empathic_fusion.config.data import FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.datamodules.frame_cache import frame_arrays_on_disk
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
@@ -332,7 +333,7 @@ class EmpathyDataModule(L.LightningDataModule):
         """The batched loader's frame arrays where `frames` says (see `frames_place`), logged with why."""
         size = FrameLayout.of(source).dense_nbytes()
         place, target, why = frames_place(self.frames_place, self._training_device(), size, self.device_memory_gb)
-        frames = (FrameArrays.on_disk(source, self.frame_cache_dir) if place == "disk"
+        frames = (frame_arrays_on_disk(source, self.frame_cache_dir) if place == "disk"
                   else FrameArrays.in_memory(source, target))
         log.info("frame arrays (%.2f GB): %s (%s)", size / 1e9,
                  frames.where if place == "disk" else f"in memory on {target}", why)

@@ -40,7 +40,7 @@ from filelock import FileLock
 from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask
 from empathic_fusion.datamodules.window_dataset import FrameSource
-from empathic_fusion.datamodules.window_gather import DiskRows, FrameLayout, fill_frames, fit_rows
+from empathic_fusion.datamodules.window_gather import DiskRows, FrameArrays, FrameLayout, fill_frames, fit_rows, small_tensors
 from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,16 @@ def cache_identity(source: FrameSource, layout: FrameLayout) -> dict:
             "missing": sorted(map(list, missing)), "stored": canonical_hash(entries), "speaking": speaking,
             "stats": {m: _array_digest([np.asarray(mean, np.float32), np.asarray(std, np.float32)])
                       for m, (mean, std) in sorted(source.stats.items())}}
+
+
+def frame_arrays_on_disk(source: FrameSource, root: Path) -> FrameArrays:
+    """Frame arrays whose dense pieces are read out of core from the frame cache under `root` (built when
+    missing: once, whichever concurrent run gets there first); masks and indexed branches in host tensors
+    (batches are gathered on the host and handed to the training device)."""
+    layout = FrameLayout.of(source)
+    cache = open_frame_cache(source, layout, Path(root))
+    tensors = small_tensors(cache.masks, cache.indices, cache.tables, source.branch_dims)
+    return FrameArrays(source, layout, tensors, cache.dense, where=f"out of core from {cache.folder}")
 
 
 def open_frame_cache(source: FrameSource, layout: FrameLayout, root: Path) -> FrameCache:

@@ -10,7 +10,7 @@ where its branch has nothing or the modality's mask is 0 (no branch valid; audio
 silent). A window is then an offset and a count of in-session frames. Windows overlap about 8-fold,
 so the arrays cost about 1/8 of the materialised windows, in float32 twice the store's float16.
 
-Where the frame arrays live (`FrameArrays.build`):
+Where the frame arrays live (`FrameArrays.in_memory`, `frame_cache.frame_arrays_on_disk`):
 - **in memory** (`memory`): one tensor per dense piece on the training device (or the host); a batch
   is one `index_select` per piece. The arrays are filled a chunk of rows at a time, so the host never
   holds more than a chunk on the way to a GPU.
@@ -307,18 +307,6 @@ class FrameArrays:
                               {b: np.concatenate(t) if t else np.zeros((0, source.branch_dims[b]), np.float32)
                                for b, t in sink.tables.items()}, source.branch_dims)
         return cls(source, layout, {**sink.tensors, **{k: v.to(device) for k, v in small.items()}})
-
-    @classmethod
-    def on_disk(cls, source: FrameSource, cache_root: Path) -> FrameArrays:
-        """Dense pieces read out of core from the normalised frame cache under `cache_root` (built when
-        missing: once, whichever concurrent run gets there first); the rest in host tensors (batches are
-        gathered on the host and handed to the training device)."""
-        from empathic_fusion.datamodules.frame_cache import open_frame_cache
-
-        layout = FrameLayout.of(source)
-        cache = open_frame_cache(source, layout, Path(cache_root))
-        tensors = small_tensors(cache.masks, cache.indices, cache.tables, source.branch_dims)
-        return cls(source, layout, tensors, cache.dense, where=f"out of core from {cache.folder}")
 
     @property
     def device(self) -> torch.device:
