@@ -288,7 +288,13 @@ def disk_gb(path: Path) -> float:
 
 
 def synthetic(args: argparse.Namespace, fraction: float, dims: dict[str, int]) -> tuple[tuple[Path, Path], dict]:
-    """The synthetic dataset and store at `fraction` (reused when already written): paths and what it took."""
+    """The synthetic dataset and store at `fraction` (reused when already written): paths and what it took.
+    With --dataset-dir/--store-dir, that dataset and its extracted store instead (never removed)."""
+    if args.dataset_dir is not None:
+        store_gb = disk_gb(args.store_dir / "sessions") + disk_gb(args.store_dir / "dataset")
+        print(f"dataset {args.dataset_dir}, store {args.store_dir}: {store_gb:.2f} GB on disk")
+        return (args.dataset_dir, args.store_dir), {"fraction": 0.0, "work": None, "store_gb": store_gb,
+                                                    "seconds": 0.0, "reused": True}
     work = (args.work or Path("/tmp")) / f"empathic_grid_{canonical_hash([fraction, args.sessions, dims])}"
     began = time.perf_counter()
     reused = (work / "spec.json").exists()
@@ -363,8 +369,8 @@ def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None
     if compared is not None:
         loaders, c = compared["loaders"], compared
         written = loaders["memory"][0] * c["window_bytes"] / 1e9
-        lines += [f"### In memory beside out of core ({args.compare_fraction:g} of the corpus, "
-                  f"{c['windows']:,} training windows)", "",
+        where = f"{args.compare_fraction:g} of the corpus" if c["store"]["work"] is not None else "the given store"
+        lines += [f"### In memory beside out of core ({where}, {c['windows']:,} training windows)", "",
                   f"Store {c['store']['store_gb']:.2f} GB on disk; frame arrays {c['memory_gb']:.2f} GB in memory on "
                   f"{c['device']} (`data.frames=memory`), or a {c['cache_gb']:.2f} GB frame cache read out of core "
                   f"(`data.frames=disk`). Best of {args.rounds} alternated rounds.", "",
@@ -388,8 +394,9 @@ def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None
     grid_windows = args.subsets * args.seeds * args.epochs * args.windows  # trained per model over the grid
     for f in fractions:
         store = f["store"]
-        lines += [f"### {store['fraction']:g} of the corpus: one run per process", "",
-                  f"Synthetic store: {store['store_gb']:.2f} GB on disk, "
+        title = f"{store['fraction']:g} of the corpus" if store["work"] is not None else "The given store"
+        lines += [f"### {title}: one run per process", "",
+                  f"{'Synthetic store' if store['work'] is not None else 'Store'}: {store['store_gb']:.2f} GB on disk, "
                   f"{_made(store)}; "
                   f"frame cache: {f['cache_disk_gb']:.2f} GB on disk.", "",
                   "| model | frame arrays | setup s | train windows/s | peak RSS GiB | peak GPU GiB | grid h |",
@@ -417,6 +424,8 @@ def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None
 
 
 def _made(store: dict) -> str:
+    if store["work"] is None:
+        return "extracted before"
     return "reused from an earlier run" if store["reused"] else f"written in {store['seconds']:.0f} s"
 
 
@@ -430,7 +439,8 @@ def memory_model(dims: dict[str, int], fractions: list[dict]) -> list[str]:
     plus a page cache as large as the frame cache to read at memory speed; in memory, that plus the float32
     frame arrays (4 bytes x frames x dense input dims), which a GPU holds in its own memory instead."""
     peaks = {f["store"]["fraction"]: max(r["peak_rss_gib"][0] for r in f["single"].values())
-             for f in fractions if all(r["frames"].startswith("out of core") for r in f["single"].values())}
+             for f in fractions if f["store"]["work"] is not None  # synthetic stores: their fraction is known
+             and all(r["frames"].startswith("out of core") for r in f["single"].values())}
     if not peaks:
         return []
     low, high = min(peaks), max(peaks)
@@ -484,6 +494,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrent-models", default=None, help="the models run --concurrent at once (default: all)")
     parser.add_argument("--work", type=Path, default=None, help="where the synthetic stores go (default: /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic stores (and frame caches) afterwards")
+    parser.add_argument("--dataset-dir", type=Path, default=None,
+                        help="measure on this dataset and its extracted --store-dir instead of synthetic stores "
+                             "(e.g. data/demo and data/features/demo; --branches must name its branches; "
+                             "--fraction is then ignored)")
+    parser.add_argument("--store-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the raw results as JSON here")
     add_output_arguments(parser, "grid")
     args = parser.parse_args(argv)
@@ -495,14 +510,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = set(dims) - set(BRANCH_MODALITY)
     if unknown:
         parser.error(f"--branches: unknown {sorted(unknown)}; choose from {sorted(BRANCH_MODALITY)}")
+    if (args.dataset_dir is None) != (args.store_dir is None):
+        parser.error("--dataset-dir and --store-dir go together")
+    if args.dataset_dir is not None:
+        args.fraction = "0"  # one pass over the given store
     models = args.models.split(",")
     compared = compare(args, dims, models) if args.compare_fraction > 0 else None
     fractions = []
     for fraction in (float(f) for f in args.fraction.split(",")):
         fractions.append(at_fraction(args, fraction, dims, models))
-        if not args.keep:
+        if not args.keep and fractions[-1]["store"]["work"] is not None:
             shutil.rmtree(fractions[-1]["store"]["work"], ignore_errors=True)
-    if compared is not None and not args.keep:
+    if compared is not None and not args.keep and compared["store"]["work"] is not None:
         shutil.rmtree(compared["store"]["work"], ignore_errors=True)
     lines = report(args, dims, compared, fractions)
     print("\n" + "\n".join(lines))
