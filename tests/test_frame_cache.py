@@ -4,6 +4,7 @@ disk is too small, never mapped into the process; arrays filled a chunk at a tim
 automatic choice between memory and disk."""
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -108,6 +109,24 @@ def test_too_little_disk_space_is_refused_before_writing(tiny_dataset, store_cop
                                                                r"data.frame_cache_dir.*data.frames=memory"):
         _datamodule(tiny_dataset, store_copy, frame_cache_dir=str(tmp_path / "cache"))
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_a_folder_that_cannot_be_written_gets_a_clear_error(tiny_dataset, store_copy, monkeypatch, tmp_path):
+    """A read-only store (or another user's folder): the error names the folder and the two ways out."""
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if "frame_cache" in str(self):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(frame_cache.FrameCacheWriteError, match=r"cannot write the frame cache in .*frame_cache "
+                                                               r"\(Permission denied.*data.frame_cache_dir.*data.frames=memory"):
+        _datamodule(tiny_dataset, store_copy)
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+    memory = _datamodule(tiny_dataset, store_copy, frames="memory")  # the way out the message names
+    assert not memory.frames.disk and not (store_copy / "frame_cache").exists()
 
 
 def test_the_cache_is_read_not_mapped(tiny_dataset, store_copy):

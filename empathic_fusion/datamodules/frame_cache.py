@@ -54,6 +54,14 @@ class FrameCacheSpaceError(OSError):
     """The disk holding the cache has not enough free space for it; the message says how much is needed."""
 
 
+class FrameCacheWriteError(OSError):
+    """The cache's folder cannot be written (a read-only store, another user's folder); the message says
+    where and what to do."""
+
+
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 @dataclass
 class FrameCache:
     """An opened cache: the dense pieces to read from disk, the rest loaded."""
@@ -121,14 +129,22 @@ def open_frame_cache(source: FrameSource, layout: FrameLayout, root: Path) -> Fr
     if cache is not None:
         log.info("frame cache %s: reused", folder)
         return cache
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f"{key}.lock")):
-        cache = _open(folder, layout)  # built by another run while this one waited
-        if cache is not None:
-            log.info("frame cache %s: reused (written by another run meanwhile)", folder)
-        else:
-            _build(source, layout, folder, identity)
-            cache = _open(folder, layout)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(root / f"{key}.lock")):
+            cache = _open(folder, layout)  # built by another run while this one waited
+            if cache is not None:
+                log.info("frame cache %s: reused (written by another run meanwhile)", folder)
+            else:
+                _build(source, layout, folder, identity)
+                cache = _open(folder, layout)
+    except OSError as error:
+        if error.errno not in _NOT_WRITABLE or isinstance(error, FrameCacheSpaceError):
+            raise
+        raise FrameCacheWriteError(error.errno, f"cannot write the frame cache in {root} ({error.strerror}: "
+                                   f"{error.filename or root}); a read-only store needs data.frame_cache_dir set to a "
+                                   f"writable folder (e.g. a local disk), or data.frames=memory to hold the frames "
+                                   f"in memory") from error
     if cache is None:
         raise RuntimeError(f"frame cache {folder} could not be read back after it was written")
     return cache
