@@ -165,7 +165,7 @@ def test_filling_a_chunk_at_a_time_equals_one_pass(tiny_dataset, tiny_store):
     layout = FrameLayout.of(frames)
     filled = []
     for chunk in (7, 10 ** 9):
-        sink = MemorySink(layout, frames.branches, torch.device("cpu"))
+        sink = MemorySink(layout, frames, torch.device("cpu"))
         fill_frames(frames, layout, sink, chunk_rows=chunk)
         filled.append(sink)
     for key in filled[0].tensors:

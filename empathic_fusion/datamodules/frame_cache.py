@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
-from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask
 from empathic_fusion.datamodules.window_dataset import FrameSource
-from empathic_fusion.datamodules.window_gather import DiskRows, FrameArrays, FrameLayout, fill_frames, fit_rows, small_tensors
+from empathic_fusion.datamodules.window_gather import (DiskRows, FrameArrays, FrameLayout, FramePartsSink, fill_frames,
+                                                        fit_rows, small_tensors)
 from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
@@ -179,10 +179,11 @@ def _open(folder: Path, layout: FrameLayout) -> FrameCache | None:
     return FrameCache(folder, dense, masks, indices, tables)
 
 
-class _DiskSink:
+class _DiskSink(FramePartsSink):
     """fill_frames into the cache files: dense chunks written in place, the rest gathered for np.save."""
 
     def __init__(self, folder: Path, layout: FrameLayout, source: FrameSource):
+        super().__init__(layout, source)
         self.folder, self.layout = folder, layout
         self.files, self.offsets = {}, {}
         for key in layout.dense_keys():
@@ -192,11 +193,6 @@ class _DiskSink:
             self.offsets[key] = header.offset  # the file is sized (sparse: zeros until written)
             del header
             self.files[key] = os.open(path, os.O_WRONLY | getattr(os, "O_BINARY", 0))
-        self.masks = {m: np.zeros(layout.rows + 1, dtype=bool) for m in source.branches}
-        self.indices = {b: np.full(layout.rows + 1, -1, dtype=np.int64) for names in source.branches.values()
-                        for b in names if b in INDEXED}
-        self.tables: dict[str, list[np.ndarray]] = {b: [] for b in self.indices}
-        self.dims = source.branch_dims
 
     def dense(self, key: str, row: int, values: np.ndarray) -> None:
         view = memoryview(np.ascontiguousarray(values, dtype=np.float32)).cast("B")
@@ -208,15 +204,6 @@ class _DiskSink:
                 os.lseek(self.files[key], offset + done, os.SEEK_SET)
                 done += os.write(self.files[key], view[done:])
 
-    def mask(self, modality: str, row: int, values: np.ndarray) -> None:
-        self.masks[modality][row: row + len(values)] = values
-
-    def index(self, branch: str, row: int, values: np.ndarray) -> None:
-        self.indices[branch][row: row + len(values)] = values
-
-    def table(self, branch: str, values: np.ndarray) -> None:
-        self.tables[branch].append(np.asarray(values, dtype=np.float32))
-
     def close(self) -> None:
         for fd in self.files.values():
             os.fsync(fd)
@@ -224,11 +211,9 @@ class _DiskSink:
         self.files = {}
         for modality, mask in self.masks.items():
             np.save(self.folder / _file_name("mask", modality), mask)
-        for branch, index in self.indices.items():
-            np.save(self.folder / _file_name("index", branch), index)
-            tables = self.tables[branch]
-            np.save(self.folder / _file_name("table", branch),
-                    np.concatenate(tables) if tables else np.zeros((0, self.dims[branch]), np.float32))
+        for branch, table in self.table_arrays().items():
+            np.save(self.folder / _file_name("index", branch), self.indices[branch])
+            np.save(self.folder / _file_name("table", branch), table)
 
 
 def _build(source: FrameSource, layout: FrameLayout, folder: Path, identity: dict) -> None:

@@ -238,20 +238,16 @@ class DiskRows:
                 out[i, n:] = 0.0
 
 
-class MemorySink:
-    """fill_frames into tensors on `device` (dense chunks copied over one at a time)."""
+class FramePartsSink:
+    """What every `FrameSink` keeps in memory while `fill_frames` runs: the per-frame modality masks, the
+    indexed branches' per-frame rows and their tables (sessions' tables in order). Sinks add `dense`."""
 
-    def __init__(self, layout: FrameLayout, branches: dict[str, list[str]], device: torch.device):
-        self.device = device
-        self.tensors = {key: torch.zeros((layout.rows + 1, layout.widths[key]), dtype=torch.float32, device=device)
-                        for key in layout.dense_keys()}
-        self.masks = {m: np.zeros(layout.rows + 1, dtype=bool) for m in branches}
-        self.indices = {b: np.full(layout.rows + 1, -1, dtype=np.int64) for names in branches.values()
+    def __init__(self, layout: FrameLayout, source: FrameSource):
+        self.dims = source.branch_dims
+        self.masks = {m: np.zeros(layout.rows + 1, dtype=bool) for m in source.branches}
+        self.indices = {b: np.full(layout.rows + 1, -1, dtype=np.int64) for names in source.branches.values()
                         for b in names if b in INDEXED}
         self.tables: dict[str, list[np.ndarray]] = {b: [] for b in self.indices}
-
-    def dense(self, key: str, row: int, values: np.ndarray) -> None:
-        self.tensors[key][row: row + len(values)] = torch.from_numpy(values).to(self.device)
 
     def mask(self, modality: str, row: int, values: np.ndarray) -> None:
         self.masks[modality][row: row + len(values)] = values
@@ -261,6 +257,23 @@ class MemorySink:
 
     def table(self, branch: str, values: np.ndarray) -> None:
         self.tables[branch].append(np.asarray(values, dtype=np.float32))
+
+    def table_arrays(self) -> dict[str, np.ndarray]:
+        """Each indexed branch's table: its sessions' tables concatenated in the order they came."""
+        return {b: np.concatenate(t) if t else np.zeros((0, self.dims[b]), np.float32) for b, t in self.tables.items()}
+
+
+class MemorySink(FramePartsSink):
+    """fill_frames into tensors on `device` (dense chunks copied over one at a time)."""
+
+    def __init__(self, layout: FrameLayout, source: FrameSource, device: torch.device):
+        super().__init__(layout, source)
+        self.device = device
+        self.tensors = {key: torch.zeros((layout.rows + 1, layout.widths[key]), dtype=torch.float32, device=device)
+                        for key in layout.dense_keys()}
+
+    def dense(self, key: str, row: int, values: np.ndarray) -> None:
+        self.tensors[key][row: row + len(values)] = torch.from_numpy(values).to(self.device)
 
 
 def small_tensors(masks: dict[str, np.ndarray], indices: dict[str, np.ndarray], tables: dict[str, np.ndarray],
@@ -291,7 +304,6 @@ class FrameArrays:
                  disk: dict[str, DiskRows] | None = None, where: str = ""):
         self.branches = {m: list(b) for m, b in source.branches.items()}
         self.layout = layout
-        self.offsets, self.rows, self.pieces = layout.offsets, layout.rows, layout.pieces
         self.tensors = tensors
         self.disk = disk or {}
         self.where = where  # what the log said about the choice
@@ -301,12 +313,22 @@ class FrameArrays:
         """Every frame in tensors on `device`, filled a chunk of rows at a time."""
         device = torch.device(device)
         layout = FrameLayout.of(source)
-        sink = MemorySink(layout, source.branches, device)
+        sink = MemorySink(layout, source, device)
         fill_frames(source, layout, sink)
-        small = small_tensors(sink.masks, sink.indices,
-                              {b: np.concatenate(t) if t else np.zeros((0, source.branch_dims[b]), np.float32)
-                               for b, t in sink.tables.items()}, source.branch_dims)
+        small = small_tensors(sink.masks, sink.indices, sink.table_arrays(), source.branch_dims)
         return cls(source, layout, {**sink.tensors, **{k: v.to(device) for k, v in small.items()}})
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        return self.layout.offsets
+
+    @property
+    def rows(self) -> int:
+        return self.layout.rows
+
+    @property
+    def pieces(self) -> dict[str, list[tuple[str, str]]]:
+        return self.layout.pieces
 
     @property
     def device(self) -> torch.device:
