@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from empathic_fusion.features.media import MediaError, load_audio
+from empathic_fusion.features.media import FULL_SCALE, AudioTrack, MediaError, decode_audio
 
 SAMPLE_RATE = 16000
 FEATURE_SETS = {"ComParE_2016": 65, "eGeMAPSv02": 25}
@@ -42,9 +42,14 @@ def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016",
     A video frame is voiced when most of its 10 ms LLD frames have an F0 (openSMILE's pitch tracker
     found voicing); the datamodule falls back to it for the speech mask when the transcript has no
     participant speech. Other config keys (the speech-mask policy) are read by the datamodule.
+    Several channels are averaged (media.decode_audio); input at or near full scale is warned about.
     """
-    signal = load_audio(source, SAMPLE_RATE)
+    track = decode_audio(source, SAMPLE_RATE)
+    signal = track.samples
     warnings: list[str] = []
+    clipping = clipping_warning(source, track)
+    if clipping:
+        warnings.append(clipping)
     peak = float(np.abs(signal).max()) if signal.size else 0.0
     if peak < 1e-4:
         warnings.append(f"{source.name}: audio is silent (peak {peak:.1e}); its features describe silence")
@@ -71,6 +76,20 @@ def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016",
     np.add.at(voiced_sum, frame[keep], voiced_lld[keep])
     voiced = (voiced_sum > 0.5 * np.maximum(counts, 1)).astype(np.uint8)
     info = {"n_frames": n_frames, "seconds": len(signal) / SAMPLE_RATE, "feature_names": list(lld.columns),
-            "voiced_frames": int(voiced.sum())}
+            "voiced_frames": int(voiced.sum()), "channel_layout": track.layout, "channels": len(track.channels),
+            "mixed_channels": list(track.mixed)}
     return ({"features": features.astype(np.float32), "mask": (counts > 0).astype(np.uint8), "voiced": voiced},
             info, warnings)
+
+
+def clipping_warning(source: Path, track: AudioTrack) -> str | None:
+    """The input's samples at or near full scale, counted per channel (a mean downmix adds no clipping)."""
+    total = sum(track.clipped)
+    if not total:
+        return None
+    counts = ", ".join(f"{name} ({n:,})" for name, n in zip(track.channels, track.clipped) if n)
+    where = f" in channel(s) {counts}" if len(track.channels) > 1 else ""
+    first, last = track.clipped_span
+    return (f"{source.name}: audio clips: {total:,} sample(s) at {FULL_SCALE:.1%} of full scale or above{where}, "
+            f"between {first:.1f} s and {last:.1f} s; kept as recorded, so the features of those stretches "
+            f"describe the distortion (re-record with lower gain)")

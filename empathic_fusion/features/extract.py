@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 FACE_VERSION = "1"
 OPENFACE_VERSION = "1"
 CNN_VERSION = "2"  # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear)
-AUDIO_VERSION = "2"  # 2: adds the per-frame voiced array
+AUDIO_VERSION = "3"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
+# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo 1.4x); mono input is unchanged
 TEXT_VERSION = "2"  # 2: texts longer than the window are chunked and pooled, not cut
 GLOVE_VERSION = "1"
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
