@@ -27,7 +27,6 @@ from empathic_fusion.models.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
-from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
@@ -52,9 +51,9 @@ class ClipError(ValueError):
 
 @dataclass
 class ClipResult:
-    rating: float  # predicted self-rated empathy for the clip (raw, 1-5 scale): mean over its windows
+    rating: float  # predicted empathy for the clip (raw, on the training data's rating scale): mean of its windows
     window_seconds: np.ndarray  # centre of each window, seconds
-    window_ratings: np.ndarray  # predicted empathy per window (raw, 1-5 scale)
+    window_ratings: np.ndarray  # predicted empathy per window (raw, on the training data's rating scale)
     fps: float
     face_found: np.ndarray | None  # per frame, None when the model has no video modality
     speech: np.ndarray | None  # per frame, None when the model has no audio modality
@@ -230,9 +229,10 @@ class ClipScorer:
             face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
                     if "face" in datamodule.branch_dims else None)
             warnings = list(dict.fromkeys(user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings))
-            return ClipResult(rating=float(target_to_rating(clip_pred[0].item())),
+            scale = self.model.rating_scale  # the training data's, carried by the checkpoint
+            return ClipResult(rating=float(scale.to_rating(clip_pred[0].item())),
                               window_seconds=(starts + self.window_frames / 2) / self.fps,
-                              window_ratings=np.asarray(target_to_rating(pred.numpy())), fps=self.fps,
+                              window_ratings=np.asarray(scale.to_rating(pred.numpy())), fps=self.fps,
                               face_found=face,
                               speech=np.asarray(data.speaking[SESSION]) if "audio" in self.modalities else None,
                               warnings=warnings)
