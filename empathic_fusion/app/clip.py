@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 import yaml
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.models.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
@@ -45,7 +46,7 @@ VIDEO_TYPES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
 AUDIO_TYPES = (".wav", ".mp3", ".flac", ".ogg", ".m4a")
 
 
-class ClipError(ValueError):
+class ClipError(UserError, ValueError):
     """An upload the app cannot score; the message says what is wrong and what to do."""
 
 
@@ -91,7 +92,7 @@ class ClipScorer:
         try:
             self.model = load_module(self.ckpt_path, kind="fusion").eval()
         except WrongKindError as error:
-            raise ValueError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
+            raise WrongKindError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
         self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
         run_config = self.model.hparams.run_config
         missing = missing_statistics(self.model)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import sha256_file
 from empathic_fusion.dataset.scale import SELF_REPORT, TRAIT_SCALE, RatingScale
 
@@ -51,7 +52,7 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """Raised with every problem found; the message lists them one per line."""
 
     def __init__(self, root: Path, problems: list[Problem]):

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from empathic_fusion.config.evaluation import threshold_rating_on
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
@@ -40,7 +41,7 @@ PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
 
 
-class FeatureMismatchError(ValueError):
+class FeatureMismatchError(UserError, ValueError):
     """The data's features do not have the dims (or modalities) a checkpoint was trained on."""
 
 
