@@ -3,11 +3,14 @@
 
 Each is a Hydra app over the config tree inside the package (`empathic_fusion/conf`), so they work
 the same from a source checkout (where `train.py` and friends are thin shims over these) and after a
-plain `pip install`.
+plain `pip install`. An expected error (empathic_fusion/core/errors.py `UserError`: a dataset, a config
+value, a file, the disk, a lock) ends a run with its message alone and exit status 1; `verbose=true` or
+HYDRA_FULL_ERROR=1 show its traceback too. Any other exception is a bug and keeps its traceback.
 """
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,9 +19,34 @@ from omegaconf import DictConfig
 
 import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
+from empathic_fusion.core.errors import UserError
 
 CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf
 log = logging.getLogger(__name__)
+
+
+def traceback_wanted(cfg: DictConfig) -> bool:
+    """Whether an expected error shows its traceback: `verbose=true`, or HYDRA_FULL_ERROR=1 (read as Hydra
+    reads it)."""
+    return bool(cfg.get("verbose", False)) or os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+@contextmanager
+def user_errors(cfg: DictConfig) -> Iterator[None]:
+    """Inside a Hydra task function, before Hydra's own handler (which prints "Error executing job" and a
+    traceback): an expected error is logged as its message alone and the process exits with status 1.
+    With `verbose=true` or HYDRA_FULL_ERROR=1 it goes on to Hydra, traceback and all, and so does any
+    other exception (a bug). A multirun job's error is the sweep's (utils/multirun.py records a failed
+    train or extract job and the sweep goes on), so it is passed on there too."""
+    from empathic_fusion.utils.multirun import in_multirun
+
+    try:
+        yield
+    except UserError as error:
+        if traceback_wanted(cfg) or in_multirun():
+            raise
+        log.error("%s", error)
+        raise SystemExit(1) from None
 
 
 @contextmanager
@@ -48,7 +76,7 @@ def train(cfg: DictConfig) -> float | None:
     from empathic_fusion.pipeline import train as train_run
     from empathic_fusion.utils.multirun import run_job
 
-    with run_setup(cfg):
+    with user_errors(cfg), run_setup(cfg):
         return run_job(train_run, cfg)
 
 
@@ -57,7 +85,7 @@ def evaluate(cfg: DictConfig) -> None:
     """Evaluate a checkpoint (`ckpt_path=`), a sweep (`sweep_dir=`) or an LLM judge (conf/evaluate.yaml)."""
     from empathic_fusion.pipeline import evaluate as evaluate_run
 
-    with run_setup(cfg):
+    with user_errors(cfg), run_setup(cfg):
         evaluate_run(cfg)
 
 
@@ -67,7 +95,7 @@ def extract(cfg: DictConfig) -> None:
     failed (listed in the store's failure report); in a sharded multirun the sweep's end decides."""
     from empathic_fusion.features.command import extract_command
 
-    with run_setup(cfg):
+    with user_errors(cfg), run_setup(cfg):
         failed = extract_command(cfg)
     if failed:
         raise SystemExit(1)
@@ -79,7 +107,7 @@ def predict(cfg: DictConfig) -> None:
     when no row could be scored (the reasons are in predictions.csv)."""
     from empathic_fusion.scoring.command import run_predict
 
-    with run_setup(cfg):
+    with user_errors(cfg), run_setup(cfg):
         result = run_predict(cfg)
     if result.scored == 0:
         raise SystemExit(1)
@@ -92,11 +120,12 @@ def serve(cfg: DictConfig) -> None:
     from empathic_fusion.utils.run_output import set_verbosity
     from empathic_fusion.utils.threads import configure_threads
 
-    set_verbosity(cfg.verbose)
-    configure_threads(cfg.threads)
-    text, clip = models_from_config(cfg)
-    for model in (text, clip):
-        if model is not None:
-            print(f"serving {model.card.kind} model {model.ckpt_path}")
-    print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")
-    launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port, max_upload_mb=cfg.max_upload_mb)
+    with user_errors(cfg):
+        set_verbosity(cfg.verbose)
+        configure_threads(cfg.threads)
+        text, clip = models_from_config(cfg)
+        for model in (text, clip):
+            if model is not None:
+                print(f"serving {model.card.kind} model {model.ckpt_path}")
+        print(f"flags -> {cfg.flag_csv}; Ctrl+C stops")
+        launch(build_app(text, clip, cfg.flag_csv), cfg.host, cfg.port, max_upload_mb=cfg.max_upload_mb)

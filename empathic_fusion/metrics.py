@@ -1,9 +1,11 @@
 """Empathy metrics as in the paper: Pearson r, Spearman rho, accuracy, binary F1, MSE; plus MAE and
 Lin's concordance correlation (CCC), which penalises a model that ranks well but is off in scale.
 
-Scores live on the cosine scale (rating - 3) / 2. Accuracy and F1 binarise the truth at a rating
-threshold (default 3: a rating above 3 counts as "empathized") and the prediction at the same
-threshold, or at a cutoff chosen on the validation split (`choose_threshold`), never on test.
+Scores live on the cosine scale (rating - midpoint) / half-range of the data's rating scale
+(dataset/scale.py; (rating - 3) / 2 on the default 1-5). Accuracy and F1 binarise the truth at a rating
+threshold mapped onto that scale (default the midpoint: on 1-5 a rating above 3 counts as "empathized")
+and the prediction at the same threshold, or at a cutoff chosen on the validation split
+(`choose_threshold`), never on test.
 Window-level metrics score every window; rating-level metrics first average the windows of each
 rating. On an integer scale (text labels, 1-5 levels) `level_metrics` adds macro-F1 and quadratic
 weighted kappa on levels: a continuous prediction becomes a level by rounding and clipping.
@@ -22,8 +24,6 @@ import torch
 from scipy.stats import rankdata
 from sklearn.metrics import cohen_kappa_score, f1_score
 
-from empathic_fusion.dataset.scale import SELF_REPORT
-
 METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
 EXTRA_METRIC_NAMES = ("mae", "ccc")
 ALL_METRIC_NAMES = METRIC_NAMES + EXTRA_METRIC_NAMES
@@ -31,11 +31,6 @@ LEVEL_METRIC_NAMES = ("macro_f1", "qwk")  # on integer levels (level_metrics)
 PAPER_SYMBOLS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE",
                  "mae": "MAE", "ccc": "CCC", "macro_f1": "macro-F1", "qwk": "QWK"}
 LOWER_IS_BETTER = frozenset({"mse", "mae"})
-
-
-def rating_threshold_to_target(threshold_rating: float) -> float:
-    """A self-rating threshold on the cosine scale the models predict on."""
-    return float(SELF_REPORT.to_target(threshold_rating))
 
 
 def _warn_degenerate(pred: np.ndarray, target: np.ndarray, true_class: np.ndarray) -> None:

@@ -10,7 +10,8 @@ import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
 import empathic_fusion.text  # noqa: F401  (registers the text module and its parts)
-from empathic_fusion.config import validate
+from empathic_fusion.config import ConfigError, validate
+from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.models.base import build_datamodule, build_module
 from empathic_fusion.models.checkpoints import load_module
@@ -92,7 +93,7 @@ def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
     `hpc_ckpt_*.ckpt` to Lightning. A path: that checkpoint, which must exist."""
     if ckpt_path not in (None, "last"):
         if not Path(ckpt_path).is_file():
-            raise FileNotFoundError(f"ckpt_path={ckpt_path} does not exist")
+            raise MissingFileError(f"ckpt_path={ckpt_path} does not exist")
         return str(ckpt_path)
     if ckpt_path is None and list(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning restores its own SLURM requeue checkpoint
@@ -116,8 +117,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)
     judge = cfg.judge is not None  # the optional config group judge=llm_judge
     if bool(cfg.ckpt_path) + bool(cfg.sweep_dir) + judge != 1:
-        raise ValueError("give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
-                         "judge=llm_judge (with +data=<text data>)")
+        raise ConfigError(["give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
+                           "judge=llm_judge (with +data=<text data>)"])
     out_dir = Path(cfg.paths.output_dir)
     if cfg.sweep_dir:
         tables = cfg.tables
@@ -132,8 +133,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         return evaluate_judge(cfg, out_dir)
     evaluation = _container(cfg.evaluation)
     if cfg.split == "val" and evaluation["threshold"] == "validation":
-        raise ValueError("evaluation.threshold=validation chooses the cutoff on the validation split; "
-                         "scoring that same split with it would be optimistic: use split=test or threshold=fixed")
+        raise ConfigError(["evaluation.threshold=validation chooses the cutoff on the validation split; "
+                           "scoring that same split with it would be optimistic: use split=test or threshold=fixed"])
     model = load_module(cfg.ckpt_path)
     datamodule = model.evaluation_datamodule(_container(cfg.data), _container(cfg.features), cfg.split,
                                              cfg.test_csv)

@@ -94,7 +94,6 @@ def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_datase
     """Every rated (session, story) of the dataset through the predict split and trainer.predict, z-scored
     with the checkpoint's statistics, gives the test report's rating-level predictions."""
     from empathic_fusion.app.clip import ClipScorer
-    from empathic_fusion.dataset.scale import target_to_rating
     from empathic_fusion.metrics import aggregate_by_rating
 
     results, out = fusion_run
@@ -105,7 +104,7 @@ def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_datase
     windows = datamodule.datasets["predict"].windows
     means, _, ids = aggregate_by_rating(pred, torch.zeros_like(pred), torch.tensor(windows.rating_index.to_numpy(dtype=np.int64)))
     ratings = datamodule.ratings.loc[ids.numpy()]
-    predicted = dict(zip(zip(ratings.session_id, ratings.story_id), target_to_rating(means.numpy())))
+    predicted = dict(zip(zip(ratings.session_id, ratings.story_id), scorer.model.rating_scale.to_rating(means.numpy())))
     test = pd.read_csv(out / "test_predictions.csv")
     assert len(test) and len(predicted) == len(datamodule.ratings)  # every rating of the dataset
     for row in test.itertuples():

@@ -10,9 +10,9 @@ from scipy import stats
 from sklearn.metrics import accuracy_score, cohen_kappa_score, f1_score, mean_absolute_error, mean_squared_error
 from torchmetrics.functional import concordance_corrcoef
 
+from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.metrics import (ALL_METRIC_NAMES, METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics,
-                                     format_table, infer_levels, level_metrics, metrics_with_levels,
-                                     rating_threshold_to_target, to_levels)
+                                     format_table, infer_levels, level_metrics, metrics_with_levels, to_levels)
 
 
 def _ccc(pred: np.ndarray, target: np.ndarray) -> float:
@@ -46,7 +46,7 @@ def test_ties_in_predictions_use_average_ranks():
 
 
 def test_rating_threshold_maps_to_cosine_scale():
-    assert rating_threshold_to_target(3.0) == 0.0 and rating_threshold_to_target(4.0) == 0.5
+    assert SELF_REPORT.to_target(3.0) == 0.0 and SELF_REPORT.to_target(4.0) == 0.5
     rng = np.random.default_rng(3)
     target, pred = rng.uniform(-1, 1, 100), rng.uniform(-1, 1, 100)
     got = empathy_metrics(torch.tensor(pred), torch.tensor(target), threshold=0.5)

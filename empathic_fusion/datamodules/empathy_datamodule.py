@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from empathic_fusion.config import modality_branches, with_defaults
 from empathic_fusion.config.data import FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
-from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale
 from empathic_fusion.datamodules.frame_cache import frame_arrays_on_disk
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
@@ -109,6 +109,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.warnings: list[str] = []
         self.skipped: dict[int, str] = {}  # rating (row of self.ratings) without windows -> why
         self.dataset: EmpathyDataset | None = None  # what setup read (sessions, transcripts, fps)
+        self.rating_scale: RatingScale = SELF_REPORT  # the dataset's (dataset.yaml rating_scale), set by setup
         self._prepared = False
 
     # ---- preparation -------------------------------------------------------------------------
@@ -253,6 +254,7 @@ class EmpathyDataModule(L.LightningDataModule):
         dataset = load_dataset(self.dataset_dir, self.modalities, self.allow_shared_media, store.file_hash,
                                ratings_required=not self.predict)
         self.dataset = dataset
+        self.rating_scale = dataset.rating_scale
         self.warnings = list(dataset.warnings)
         self.generated = self.demo is not None or dataset.generated
         stories = store.entry(DATASET_KEY, "stories")
@@ -317,10 +319,11 @@ class EmpathyDataModule(L.LightningDataModule):
             if self.loader == "batched":
                 self.datasets[split] = WindowBatches(
                     self.frames, windows[windows.split == split], dataset.ratings, self.window_frames, session_frames,
-                    story_embeddings, story_rows, traits)
+                    story_embeddings, story_rows, traits, self.rating_scale)
             else:
                 self.datasets[split] = WindowDataset(source, windows[windows.split == split], dataset.ratings,
-                                                     self.window_frames, story_embeddings, story_rows, traits)
+                                                     self.window_frames, story_embeddings, story_rows, traits,
+                                                     self.rating_scale)
         self.train_target_mean = float(self.datasets["train"].targets.mean()) if len(train_windows) else 0.0
         self.manifest_hash = feature_manifest_hash(store, sorted(session_frames),
                                                    [b for m in self.modalities for b in self.branches[m]],
@@ -360,7 +363,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.input_dims = {**source.dims, "story": int(embeddings.shape[1]), "traits": len(TRAIT_COLUMNS)}
         self.datasets["predict"] = WindowDataset(source, windows, self.ratings, self.window_frames, embeddings,
                                                  {s: i for i, s in enumerate(stories["story_ids"])},
-                                                 dataset.participants[list(TRAIT_COLUMNS)])
+                                                 dataset.participants[list(TRAIT_COLUMNS)], self.rating_scale)
         self.train_target_mean = float("nan")
         self.manifest_hash = store.manifest_hash(sorted(session_frames), [b for m in self.modalities for b in self.branches[m]],
                                                  excluded=self.unused_branches)
@@ -377,14 +380,15 @@ class EmpathyDataModule(L.LightningDataModule):
 
     def describe(self) -> dict[str, Any]:
         """What a checkpoint records about the data it was trained on (the web app's model card shows
-        the name, sessions, ratings, label, scale and whether the data were generated)."""
+        the name, sessions, ratings, label, the rating scale (dataset.yaml's rating_scale: models map their
+        predictions back onto it) and whether the data were generated)."""
         rated = self.ratings.loc[self.windows.rating_index.unique()]
         return {"dataset": self.name, "scenario": self.scenario, "modalities": self.modalities,
                 "input_dims": self.input_dims, "window_frames": self.window_frames, "split_hash": self.split_hash,
                 "feature_manifest_hash": self.manifest_hash,
                 "windows": {s: len(d) for s, d in self.datasets.items()},
                 "sessions": int(rated.session_id.nunique()), "participants": int(rated.participant_id.nunique()),
-                "ratings": int(len(rated)), "labels": ["empathy"], "scale": [SELF_REPORT.low, SELF_REPORT.high],
+                "ratings": int(len(rated)), "labels": ["empathy"], "scale": self.rating_scale.bounds(),
                 "generated": bool(self.generated)}
 
     def fitted_state(self) -> dict[str, Any]:

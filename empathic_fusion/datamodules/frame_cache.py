@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask
 from empathic_fusion.datamodules.window_dataset import FrameSource
 from empathic_fusion.datamodules.window_gather import (DiskRows, FrameArrays, FrameLayout, FramePartsSink, fill_frames,
@@ -50,11 +51,11 @@ META = "meta.json"
 FREE_MARGIN_BYTES = 256 * 2 ** 20  # left free on the disk after a cache is written
 
 
-class FrameCacheSpaceError(OSError):
+class FrameCacheSpaceError(UserError, OSError):
     """The disk holding the cache has not enough free space for it; the message says how much is needed."""
 
 
-class FrameCacheWriteError(OSError):
+class FrameCacheWriteError(UserError, OSError):
     """The cache's folder cannot be written (a read-only store, another user's folder); the message says
     where and what to do."""
 

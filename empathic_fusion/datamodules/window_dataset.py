@@ -3,7 +3,8 @@
 Each item is the batch-dict contract every model consumes:
     {"video"|"audio"|"text": {"x": (k, F) float32, "mask": (k,) bool, "lengths": () long},
      "story": (D,) story embedding, "traits": (P,) standardised survey traits, "traits_mask": (P,),
-     "target": () rating on the cosine scale (rating - 3) / 2, "rating_index": () long}
+     "target": () rating on the cosine scale (rating - midpoint) / half-range of the dataset's rating
+               scale ((rating - 3) / 2 on the default 1-5), "rating_index": () long}
 Only the selected modalities' arrays are opened. A modality's x is its store branches' per-frame
 vectors concatenated in the configured order (e.g. video = face 1451 + cnn 1280; see
 empathic_fusion/core/branches.py); each branch is z-scored with its own training statistics and zeroed where
@@ -20,7 +21,7 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
-from empathic_fusion.dataset.scale import TRAIT_SCALE, rating_to_target
+from empathic_fusion.dataset.scale import TRAIT_SCALE, RatingScale
 from empathic_fusion.core.branches import INDEXED
 from empathic_fusion.features.store import FeatureStore
 
@@ -28,11 +29,12 @@ CHUNK_ROWS = 8192  # frames read (and z-scored) at a time when a whole session i
 
 
 def window_labels(windows: pd.DataFrame, ratings: pd.DataFrame, story_rows: dict[str, int],
-                  traits: pd.DataFrame) -> tuple[np.ndarray, ...]:
-    """Per window: target (float32), rating, the row of its story's embedding (int64: a window holds the
-    row, not the embedding, so labels stay a few bytes a window), standardised traits and their mask."""
+                  traits: pd.DataFrame, scale: RatingScale) -> tuple[np.ndarray, ...]:
+    """Per window: target (float32, the rating on `scale` mapped onto [-1, 1]), rating, the row of its
+    story's embedding (int64: a window holds the row, not the embedding, so labels stay a few bytes a
+    window), standardised traits and their mask."""
     rated = ratings.loc[windows.rating_index]
-    targets = rating_to_target(rated.empathy.to_numpy()).astype(np.float32)
+    targets = scale.to_target(rated.empathy.to_numpy()).astype(np.float32)
     story = np.array([story_rows[s] for s in rated.story_id], dtype=np.int64)
     trait_values = traits.loc[rated.participant_id].to_numpy(dtype=np.float64)
     trait_mask = np.isfinite(trait_values)
@@ -68,7 +70,7 @@ class WindowDataset(Dataset):
     """The per-window reference loader: window i of `windows` read from `source` (see the module doc)."""
 
     def __init__(self, source: FrameSource, windows: pd.DataFrame, ratings: pd.DataFrame, length: int,
-                 story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame):
+                 story_embeddings: np.ndarray, story_rows: dict[str, int], traits: pd.DataFrame, scale: RatingScale):
         self.store = source.store
         self.windows = windows.reset_index(drop=True)
         self.modalities = source.modalities
@@ -79,7 +81,7 @@ class WindowDataset(Dataset):
         self.missing = source.missing  # (session, modality) or (session, modality, branch) that failed: masked
         self.branches = source.branches
         self.branch_dims = source.branch_dims
-        labels = window_labels(self.windows, ratings, story_rows, traits)
+        labels = window_labels(self.windows, ratings, story_rows, traits, scale)
         self.targets, self.ratings, self.story_row, self.traits, self.traits_mask = labels
         self.story_embeddings = np.asarray(story_embeddings, dtype=np.float32)
         self._arrays: dict[tuple[str, str, str], np.ndarray] = {}

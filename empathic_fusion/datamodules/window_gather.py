@@ -47,6 +47,7 @@ import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler, get_worker_info
 
 from empathic_fusion.datamodules.window_dataset import CHUNK_ROWS, FrameSource, window_labels
+from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.core.branches import INDEXED
 
 log = logging.getLogger(__name__)
@@ -385,12 +386,12 @@ class WindowBatches(Dataset):
 
     def __init__(self, frames: FrameArrays, windows: pd.DataFrame, ratings: pd.DataFrame, length: int,
                  session_frames: dict[str, int], story_embeddings: np.ndarray, story_rows: dict[str, int],
-                 traits: pd.DataFrame):
+                 traits: pd.DataFrame, scale: RatingScale):
         self.arrays = frames
         self.windows = windows.reset_index(drop=True)
         self.length = int(length)
         self.modalities = list(frames.branches)
-        labels = window_labels(self.windows, ratings, story_rows, traits)
+        labels = window_labels(self.windows, ratings, story_rows, traits, scale)
         self.targets, self.ratings, self.story_row, self.traits, self.traits_mask = labels
         sessions = self.windows.session_id.to_numpy()
         starts = self.windows.start.to_numpy(dtype=np.int64)

@@ -7,6 +7,7 @@ warnings: the session is excluded from windows and the warning says so.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import sha256_file
 from empathic_fusion.dataset.scale import SELF_REPORT, TRAIT_SCALE, RatingScale
 
@@ -29,6 +31,7 @@ TRAIT_COLUMNS = (
     "trait_empathy",
 )
 TRANSCRIPT_COLUMNS = ("start", "end", "speaker", "phase", "story_id", "text")
+DATASET_KEYS = ("name", "fps", "generated", "rating_scale")  # what dataset.yaml may hold
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """Raised with every problem found; the message lists them one per line."""
 
     def __init__(self, root: Path, problems: list[Problem]):
@@ -72,6 +75,7 @@ class EmpathyDataset:
     ratings: pd.DataFrame  # session_id, story_id, empathy (float), participant_id
     warnings: list[str] = field(default_factory=list)
     generated: bool = False  # dataset.yaml `generated: true`: made by a generator (the demo), not recorded
+    rating_scale: RatingScale = SELF_REPORT  # dataset.yaml `rating_scale: [low, high]` of ratings.csv's empathy
 
     def transcript_path(self, session_id: str) -> Path:
         return self.root / "transcripts" / f"{session_id}.csv"
@@ -108,7 +112,7 @@ def _read_table(path: Path, required: tuple[str, ...], problems: list[Problem], 
 
 
 def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
-            allowed: RatingScale | None = None, required: bool = True) -> float:
+            allowed: RatingScale | None = None, required: bool = True, scale_note: str = "") -> float:
     text = str(value).strip()
     if text == "":
         if required:
@@ -123,7 +127,7 @@ def _number(value: str, rel: str, i: int, column: str, problems: list[Problem],
         problems.append(Problem(rel, _line(i), column, f"'{text}' is not a finite number"))
         return math.nan
     if allowed is not None and not allowed.contains(number):
-        problems.append(Problem(rel, _line(i), column, f"{number:g} is outside {allowed}"))
+        problems.append(Problem(rel, _line(i), column, f"{number:g} is outside {allowed}{scale_note}"))
         return math.nan
     return number
 
@@ -141,12 +145,94 @@ def _fps_problem(fps: object) -> str | None:
     return None
 
 
+def _rating_scale_problem(value: object) -> str | None:
+    """Why dataset.yaml's rating_scale is not [low, high] with two finite numbers, low < high, or None."""
+    if not isinstance(value, list) or len(value) != 2:
+        return f"must be [low, high], two numbers such as [1, 7], got {value!r}"
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in value):
+        return f"must be [low, high] with two finite numbers, got {value!r}"
+    if not value[0] < value[1]:
+        return f"must be [low, high] with low < high, got {value!r}"
+    return None
+
+
 def _yaml_key_line(text: str, key: str) -> int | None:
     """Line of a top-level key in a YAML file (for messages), or None when it is not there."""
     for number, line in enumerate(text.splitlines(), start=1):
-        if line.split(":", 1)[0].strip() == key and not line.startswith((" ", "\t")):
+        if line.split(":", 1)[0].strip().strip("'\"") == key and not line.startswith((" ", "\t")):
             return number
     return None
+
+
+def _read_meta(root: Path, problems: list[Problem]) -> dict:
+    """dataset.yaml, checked: a mapping of the known keys (an unknown one, such as a misspelt
+    rating_scale, would otherwise be ignored without a word), fps a frame rate, generated a boolean,
+    rating_scale [low, high]. Returns {} when the file cannot be read as such a mapping."""
+    rel = "dataset.yaml"
+    path = root / rel
+    if not path.exists():
+        problems.append(Problem(rel, None, None, "file is missing (it gives the dataset's name and fps)"))
+        return {}
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        problems.append(Problem(rel, None, None, f"is not UTF-8 (byte {error.start} is "
+                                                 f"0x{error.object[error.start]:02x}); save the file as UTF-8"))
+        return {}
+    try:
+        meta = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        what = getattr(error, "problem", None) or str(error).splitlines()[0]
+        problems.append(Problem(rel, mark.line + 1 if mark is not None else None, None,
+                                f"is not valid YAML ({what}); write one 'key: value' per line"))
+        return {}
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        problems.append(Problem(rel, None, None, f"must be a mapping of keys ({', '.join(DATASET_KEYS)}), "
+                                                 f"got a {type(meta).__name__}"))
+        return {}
+    for key in meta:
+        if key not in DATASET_KEYS:
+            close = difflib.get_close_matches(str(key), DATASET_KEYS, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            problems.append(Problem(rel, _yaml_key_line(text, str(key)), str(key),
+                                    f"is not a dataset.yaml key; {hint}the keys are {', '.join(DATASET_KEYS)}"))
+    problem = _fps_problem(meta.get("fps"))
+    if problem:
+        problems.append(Problem(rel, _yaml_key_line(text, "fps"), "fps", problem))
+    if not isinstance(meta.get("generated", False), bool):
+        problems.append(Problem(rel, _yaml_key_line(text, "generated"), "generated",
+                                f"must be true or false, got {meta['generated']!r}"))
+    if "rating_scale" in meta:
+        problem = _rating_scale_problem(meta["rating_scale"])
+        if problem:
+            problems.append(Problem(rel, _yaml_key_line(text, "rating_scale"), "rating_scale", problem))
+    return meta
+
+
+def _declared_rating_scale(meta: dict) -> RatingScale | None:
+    """The scale dataset.yaml's (checked) `meta` declares, the 1-5 default when it declares none, or None
+    when its rating_scale is malformed (already a problem)."""
+    if "rating_scale" not in meta:
+        return SELF_REPORT
+    if _rating_scale_problem(meta["rating_scale"]):
+        return None
+    low, high = meta["rating_scale"]
+    return RatingScale(float(low), float(high))
+
+
+def read_rating_scale(root: str | Path) -> RatingScale | None:
+    """The rating scale dataset.yaml at `root` declares (1-5 when it declares none or is not there yet,
+    e.g. a demo still to be generated), or None when dataset.yaml has problems (load_dataset names them).
+    For checks that run before the dataset is loaded (the config's Acc/F1 threshold)."""
+    root = Path(root).resolve()
+    if not (root / "dataset.yaml").exists():
+        return SELF_REPORT
+    problems: list[Problem] = []
+    meta = _read_meta(root, problems)
+    return None if problems else _declared_rating_scale(meta)
 
 
 def _unique_ids(table: pd.DataFrame, column: str, rel: str, problems: list[Problem]) -> None:
@@ -298,7 +384,10 @@ def _load_transcript(path: Path, rel: str, stories: pd.DataFrame, problems: list
 
 
 def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, problems: list[Problem],
-                  required: bool = True) -> pd.DataFrame:
+                  required: bool = True, scale: RatingScale | None = SELF_REPORT,
+                  declared: bool = False) -> pd.DataFrame:
+    """ratings.csv, each empathy a number on `scale` (None: dataset.yaml's rating_scale is malformed, which is
+    a problem of its own, so only numbers are checked); `declared`: dataset.yaml names the scale."""
     rel = "ratings.csv"
     empty = pd.DataFrame(columns=["session_id", "story_id", "empathy", "participant_id"])
     if not required and not (root / rel).exists():
@@ -317,7 +406,11 @@ def _load_ratings(root: Path, sessions: pd.DataFrame, stories: pd.DataFrame, pro
             problems.append(Problem(rel, _line(i), "story_id",
                                     f"session '{key[0]}' rates story '{key[1]}' again (first on line {_line(seen[key])})"))
         seen.setdefault(key, i)
-    table["empathy"] = [_number(v, rel, i, "empathy", problems, SELF_REPORT) for i, v in enumerate(table.empathy)]
+    note = (" (the rating_scale dataset.yaml declares)" if declared else
+            " (the default rating scale; a dataset rated on another scale declares it in dataset.yaml, "
+            "e.g. rating_scale: [1, 7])")
+    table["empathy"] = [_number(v, rel, i, "empathy", problems, scale, scale_note=note)
+                        for i, v in enumerate(table.empathy)]
     table = table.drop_duplicates(["session_id", "story_id"]).reset_index(drop=True)
     table["participant_id"] = table.session_id.map(sessions.participant_id)
     return table[["session_id", "story_id", "empathy", "participant_id"]]
@@ -334,26 +427,15 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
     a ratings.csv that is there is checked as always."""
     root = Path(root).resolve()
     problems: list[Problem] = []
-    meta_path = root / "dataset.yaml"
-    meta: dict = {}
-    if not meta_path.exists():
-        problems.append(Problem("dataset.yaml", None, None, "file is missing (it gives the dataset's name and fps)"))
-    else:
-        text = meta_path.read_text()
-        meta = yaml.safe_load(text) or {}
-        problem = _fps_problem(meta.get("fps"))
-        if problem:
-            problems.append(Problem("dataset.yaml", _yaml_key_line(text, "fps"), "fps", problem))
-        if not isinstance(meta.get("generated", False), bool):
-            problems.append(Problem("dataset.yaml", _yaml_key_line(text, "generated"), "generated",
-                                    f"must be true or false, got {meta['generated']!r}"))
+    meta = _read_meta(root, problems)
+    scale = _declared_rating_scale(meta)
     participants = _load_participants(root, problems)
     warnings: list[str] = []
     sessions = _load_sessions(root, participants, problems, warnings,
                               tuple(modalities) if modalities is not None else ("video", "audio", "text"),
                               allow_shared_media, file_hash)
     stories = _load_stories(root, problems)
-    ratings = _load_ratings(root, sessions, stories, problems, ratings_required)
+    ratings = _load_ratings(root, sessions, stories, problems, ratings_required, scale, "rating_scale" in meta)
     transcripts: dict[str, pd.DataFrame] = {}
     for session_id in sessions.index:
         rel = f"transcripts/{session_id}.csv"
@@ -371,4 +453,4 @@ def load_dataset(root: str | Path, modalities: list[str] | tuple[str, ...] | Non
     return EmpathyDataset(root=root, name=str(meta.get("name", root.name)), fps=float(meta["fps"]),
                           participants=participants, sessions=sessions, transcripts=transcripts,
                           stories=stories, ratings=ratings, warnings=warnings,
-                          generated=bool(meta.get("generated", False)))
+                          generated=bool(meta.get("generated", False)), rating_scale=scale)

@@ -1,13 +1,18 @@
 """The rating scales of the dataset contract and the one mapping between ratings and model targets.
 
-Self-rated empathy and the survey traits are 1-5 (EmpathicStories++). Fusion models predict on the
-cosine-similarity range [-1, 1], so a rating maps to (rating - midpoint) / half-range: 1 -> -1, 3 -> 0,
-5 -> 1. Everything that converts (windows, reports, the app, thresholds for accuracy and F1) uses the
-scale objects here instead of writing the numbers again.
+A dataset declares the scale of its self-ratings in dataset.yaml (`rating_scale: [low, high]`); the
+default is EmpathicStories++'s 1-5 slider (`SELF_REPORT`). Fusion models predict on the cosine-similarity
+range [-1, 1], so a rating maps to (rating - midpoint) / half-range: on 1-5, 1 -> -1, 3 -> 0, 5 -> 1;
+on 1-7, (rating - 4) / 3. The scale travels with the data (EmpathyDataset.rating_scale), with the
+datamodule's describe() and so with every checkpoint ("scale" of its data_info), so windows, reports,
+thresholds, `empathic-predict` and the app all convert with the scale the model was trained on instead
+of writing the numbers again. The survey traits are a scale of their own (`TRAIT_SCALE`).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,19 +47,20 @@ class RatingScale:
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
 
+    def bounds(self) -> list[float]:
+        """[low, high], as dataset.yaml writes it and a checkpoint records it."""
+        return [float(self.low), float(self.high)]
+
     def __str__(self) -> str:
         return f"{self.low:g}-{self.high:g}"
 
 
-SELF_REPORT = RatingScale(1.0, 5.0)  # self-rated empathy towards a story (the slider)
+SELF_REPORT = RatingScale(1.0, 5.0)  # self-rated empathy towards a story (the slider): dataset.yaml's default
 TRAIT_SCALE = RatingScale(1.0, 5.0)  # Big Five item means and the Single Item Trait Empathy Scale
 
 
-def rating_to_target(rating: np.ndarray | float) -> np.ndarray | float:
-    """Self-ratings onto the cosine similarity's range [-1, 1] (3 -> 0)."""
-    return SELF_REPORT.to_target(rating)
-
-
-def target_to_rating(target: np.ndarray | float) -> np.ndarray | float:
-    """Model targets back onto the self-rating scale."""
-    return SELF_REPORT.to_rating(target)
+def recorded_scale(data_info: Mapping[str, Any] | None) -> RatingScale:
+    """The rating scale a datamodule's describe() (a checkpoint's `data_info`) records; checkpoints
+    written before datasets declared their scale were all trained on the 1-5 self-report scale."""
+    scale = (data_info or {}).get("scale")
+    return RatingScale(float(scale[0]), float(scale[1])) if scale else SELF_REPORT

@@ -3,8 +3,9 @@
 Ratings of one participant are not independent (same person, same sessions), so a confidence
 interval that resamples ratings is too narrow; resampling whole participants keeps that structure.
 Inputs are rating-level (or window-level) tables with `participant_id`, `predicted` and `rated`
-on the 1-5 scale; metrics are computed on the cosine scale (rating - 3) / 2 like everywhere else,
-or, with `to_target=None`, on the table's own scale (text labels, grouped by writer or conversation).
+on the rating scale; metrics are computed on the cosine scale (`to_target`: the scale's
+(rating - midpoint) / half-range, (rating - 3) / 2 on the default 1-5) like everywhere else, or, with
+`to_target=None`, on the table's own scale (text labels, grouped by writer or conversation).
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from empathic_fusion.dataset.scale import rating_to_target
-from empathic_fusion.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values, rating_threshold_to_target
+from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_values
 
 REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
 
@@ -35,18 +36,19 @@ def _on_scale(values: np.ndarray, to_target: Scale) -> np.ndarray:
 
 
 def _threshold(threshold_rating: float, to_target: Scale) -> float:
-    return float(threshold_rating) if to_target is None else rating_threshold_to_target(threshold_rating)
+    """The threshold rating on the scale the metrics are computed on (mapped like the ratings)."""
+    return float(threshold_rating) if to_target is None else float(to_target(threshold_rating))
 
 
 def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None,
-            to_target: Scale = rating_to_target) -> dict[str, float]:
+            to_target: Scale) -> dict[str, float]:
     pred = torch.tensor(_on_scale(table["predicted"].to_numpy(float), to_target))
     true = torch.tensor(_on_scale(table["rated"].to_numpy(float), to_target))
     return empathy_metrics(pred, true, _threshold(threshold_rating, to_target), pred_threshold)
 
 
-def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
-                    pred_threshold: float | None = None) -> pd.DataFrame:
+def per_participant(table: pd.DataFrame, threshold_rating: float = SELF_REPORT.midpoint,
+                    pred_threshold: float | None = None, to_target: Scale = SELF_REPORT.to_target) -> pd.DataFrame:
     """One row per participant: number of items, every metric, and whether r is defined.
 
     With a handful of ratings per person, r is often undefined (constant ratings): it is then 0 as
@@ -57,15 +59,15 @@ def per_participant(table: pd.DataFrame, threshold_rating: float = 3.0,
     for participant, group in table.groupby("participant_id", sort=True):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # degenerate per-person cases are flagged in r_defined instead
-            values = _scores(group, threshold_rating, pred_threshold)
+            values = _scores(group, threshold_rating, pred_threshold, to_target)
         defined = len(group) >= 2 and group["predicted"].nunique() > 1 and group["rated"].nunique() > 1
         rows.append({"participant_id": participant, "n": len(group), **values, "r_defined": defined})
     return pd.DataFrame(rows)
 
 
 def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
-                 threshold_rating: float = 3.0, pred_threshold: float | None = None,
-                 to_target: Scale = rating_to_target) -> dict[str, dict[str, float]]:
+                 threshold_rating: float = SELF_REPORT.midpoint, pred_threshold: float | None = None,
+                 to_target: Scale = SELF_REPORT.to_target) -> dict[str, dict[str, float]]:
     """Percentile CI per metric from `n_boot` resamples of participants (with replacement).
 
     Returns {metric: {"estimate", "low", "high"}}; with fewer than 2 participants the interval is

@@ -18,22 +18,28 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from empathic_fusion.dataset.scale import SELF_REPORT  # noqa: E402
+from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale  # noqa: E402
 from empathic_fusion.metrics import PAPER_SYMBOLS  # noqa: E402
 
 log = logging.getLogger(__name__)
-RATING_RANGE = (SELF_REPORT.low, SELF_REPORT.high)
-AXIS = (SELF_REPORT.low - 0.5, SELF_REPORT.high + 0.5)  # room for the jitter around the end ratings
 
 
-def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Predicted vs self-rated empathy") -> Figure:
-    """Scatter of predictions against ratings (1-5) with the identity line; ratings jittered a little."""
+def _axis(scale: RatingScale) -> tuple[float, float]:
+    """The scale with room for the jitter around the end ratings (half a point on 1-5)."""
+    margin = scale.half_range / 4
+    return scale.low - margin, scale.high + margin
+
+
+def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Predicted vs self-rated empathy",
+                      scale: RatingScale = SELF_REPORT) -> Figure:
+    """Scatter of predictions against ratings (on `scale`) with the identity line; ratings jittered a little."""
     predicted, rated = np.asarray(predicted, float), np.asarray(rated, float)
-    jitter = np.random.default_rng(0).uniform(-0.08, 0.08, len(rated))
+    jitter = np.random.default_rng(0).uniform(-0.04, 0.04, len(rated)) * scale.half_range
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.scatter(rated + jitter, predicted, s=18, alpha=0.6, label=f"ratings (n = {len(rated)})")
-    ax.plot(RATING_RANGE, RATING_RANGE, "k--", lw=1, label="identity (perfect prediction)")
-    ax.set(xlim=AXIS, ylim=AXIS, xlabel="self-rated empathy", ylabel="predicted empathy", title=title)
+    ax.plot((scale.low, scale.high), (scale.low, scale.high), "k--", lw=1, label="identity (perfect prediction)")
+    ax.set(xlim=_axis(scale), ylim=_axis(scale), xlabel=f"self-rated empathy ({scale})",
+           ylabel="predicted empathy", title=title)
     ax.set_aspect("equal")
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
@@ -41,16 +47,18 @@ def predicted_vs_true(predicted: np.ndarray, rated: np.ndarray, title: str = "Pr
 
 
 def rating_distributions(first: np.ndarray, second: np.ndarray, labels: tuple[str, str] = ("self-rated", "predicted"),
-                         title: str = "Distribution of empathy ratings") -> Figure:
-    """Overlaid histograms of two sets of 1-5 ratings with their mean and std (like Figure 2 of "Talk, Listen, Connect", Roshanaei, Rezapour and Seif El-Nasr)."""
+                         title: str = "Distribution of empathy ratings", scale: RatingScale = SELF_REPORT) -> Figure:
+    """Overlaid histograms of two sets of ratings on `scale` with their mean and std (like Figure 2 of
+    "Talk, Listen, Connect", Roshanaei, Rezapour and Seif El-Nasr)."""
     fig, ax = plt.subplots(figsize=(6, 4))
-    bins = np.arange(0.875, 5.2, 0.25)  # 0.25 wide, centred on the integer ratings
+    width = scale.half_range / 8  # 0.25 on 1-5, centred on the integer ratings
+    bins = np.arange(scale.low - width / 2, scale.high + width, width)
     for values, label, color in zip((first, second), labels, ("tab:blue", "tab:orange")):
         values = np.asarray(values, float)
         ax.hist(values, bins=bins, alpha=0.5, color=color, density=True,
                 label=f"{label} (mean {values.mean():.2f}, std {values.std(ddof=1) if len(values) > 1 else 0:.2f})")
         ax.axvline(values.mean(), color=color, ls="--", lw=1)
-    ax.set(xlabel=f"empathy ({SELF_REPORT})", ylabel="density", title=title, xlim=AXIS)
+    ax.set(xlabel=f"empathy ({scale})", ylabel="density", title=title, xlim=_axis(scale))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -76,8 +84,8 @@ def per_participant_r(breakdown: pd.DataFrame, title: str = "Pearson r per test 
 
 def empathy_timeline(curves: dict[str, tuple[np.ndarray, np.ndarray]], rated: dict[str, float] | None = None,
                      masks: dict[str, np.ndarray] | None = None, fps: float = 15.0, xlabel: str = "time (s)",
-                     title: str = "Predicted empathy over time") -> Figure:
-    """Predicted empathy per window (one line per curve, 1-5), each curve's self-rating as a dashed
+                     title: str = "Predicted empathy over time", scale: RatingScale = SELF_REPORT) -> Figure:
+    """Predicted empathy per window (one line per curve, on `scale`), each curve's self-rating as a dashed
     line of its colour, and per-frame masks (e.g. face found, speech) as strips beneath."""
     masks = {k: np.asarray(v, bool) for k, v in (masks or {}).items() if v is not None}
     heights = [3.0] + [0.35] * len(masks)
@@ -90,7 +98,8 @@ def empathy_timeline(curves: dict[str, tuple[np.ndarray, np.ndarray]], rated: di
         ax.plot(x, y, "o-" if len(x) < 40 else "-", ms=3, color=color, label=f"{label}: predicted")
         if rated and np.isfinite(rated.get(label, np.nan)):
             ax.axhline(rated[label], color=color, ls="--", lw=1, label=f"{label}: self-rated {rated[label]:g}")
-    ax.set(ylim=(SELF_REPORT.low - 0.2, SELF_REPORT.high + 0.2), ylabel=f"empathy ({SELF_REPORT})", title=title)
+    margin = scale.half_range / 10  # 0.2 on 1-5
+    ax.set(ylim=(scale.low - margin, scale.high + margin), ylabel=f"empathy ({scale})", title=title)
     ax.legend(fontsize=7, loc="upper right")
     for row, (name, mask) in enumerate(masks.items(), start=1):
         strip = axes[row, 0]
@@ -103,8 +112,9 @@ def empathy_timeline(curves: dict[str, tuple[np.ndarray, np.ndarray]], rated: di
     return fig
 
 
-def session_timelines(window_table: pd.DataFrame, out_dir: Path | str) -> list[Path]:
-    """One PNG per session: predicted empathy over each rated story's windows next to its self-rating.
+def session_timelines(window_table: pd.DataFrame, out_dir: Path | str, scale: RatingScale = SELF_REPORT) -> list[Path]:
+    """One PNG per session: predicted empathy over each rated story's windows (on the rating `scale`) next
+    to its self-rating.
 
     Local files only (they name sessions): never pass these figures to `log_figure`.
     """
@@ -115,7 +125,7 @@ def session_timelines(window_table: pd.DataFrame, out_dir: Path | str) -> list[P
             curves[story_id] = (np.arange(len(windows)), windows["predicted"].to_numpy())
             rated[story_id] = float(windows["rated"].iloc[0])
         fig = empathy_timeline(curves, rated, xlabel="window of the phase (in order, one per stride)",
-                               title=f"Session {session_id}: predicted empathy per window")
+                               title=f"Session {session_id}: predicted empathy per window", scale=scale)
         paths.append(save_figure(fig, Path(out_dir) / f"{session_id}.png"))
     return paths
 

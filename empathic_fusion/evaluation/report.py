@@ -23,7 +23,7 @@ import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from empathic_fusion.config import typed
-from empathic_fusion.dataset.scale import target_to_rating
+from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.evaluation.participants import bootstrap_ci, per_participant
 from empathic_fusion.evaluation.plots import (
     log_figure,
@@ -62,30 +62,33 @@ def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
             "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
 
 
-def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Rating- and window-level predictions on the 1-5 scale, each with session, participant and story."""
+def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame,
+                      scale: RatingScale) -> dict[str, pd.DataFrame]:
+    """Rating- and window-level predictions on the rating scale, each with session, participant and story."""
     who = ratings[["session_id", "participant_id", "story_id"]]
     window_counts = pd.Series(predictions["window_rating"].numpy()).value_counts()
     index = predictions["rating_index"].numpy()
     rating_table = pd.DataFrame({"rating_index": index}).join(who, on="rating_index")
     rating_table["n_windows"] = window_counts.reindex(index).to_numpy()
-    rating_table["predicted"] = target_to_rating(predictions["rating_pred"].numpy())
-    rating_table["rated"] = target_to_rating(predictions["rating_target"].numpy())
+    rating_table["predicted"] = scale.to_rating(predictions["rating_pred"].numpy())
+    rating_table["rated"] = scale.to_rating(predictions["rating_target"].numpy())
     window_index = predictions["window_rating"].numpy()
     window_table = pd.DataFrame({"rating_index": window_index}).join(who, on="rating_index")
-    window_table["predicted"] = target_to_rating(predictions["window_pred"].numpy())
-    window_table["rated"] = target_to_rating(predictions["window_target"].numpy())
+    window_table["predicted"] = scale.to_rating(predictions["window_pred"].numpy())
+    window_table["rated"] = scale.to_rating(predictions["window_target"].numpy())
     return {"rating": rating_table, "window": window_table}
 
 
 def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, threshold: float, threshold_rating: float,
                  out_dir: Path, evaluation: dict[str, Any] | None = None,
-                 val_predictions: dict[str, torch.Tensor] | None = None, loggers=()) -> dict[str, Any]:
-    """Metrics per level (with the configured threshold), CIs, breakdown, files and plots under out_dir."""
+                 val_predictions: dict[str, torch.Tensor] | None = None, loggers=(), *,
+                 scale: RatingScale) -> dict[str, Any]:
+    """Metrics per level (with the configured threshold), CIs, breakdown, files and plots under out_dir;
+    tables, breakdown and plots on the data's rating `scale` (targets are ratings mapped onto [-1, 1])."""
     cfg = settings(evaluation)
     if cfg["threshold"] == "validation" and val_predictions is None:
         raise ValueError("evaluation.threshold=validation needs the validation predictions")
-    tables = prediction_tables(predictions, ratings)
+    tables = prediction_tables(predictions, ratings, scale)
     out_dir.mkdir(parents=True, exist_ok=True)
     tables["rating"].to_csv(out_dir / "test_predictions.csv", index=False)
     tables["window"].to_csv(out_dir / "test_window_predictions.csv", index=False)
@@ -96,27 +99,30 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
             cut = choose_threshold(val_predictions[f"{level}_pred"], val_predictions[f"{level}_target"], threshold)
         prediction_cut = threshold if cut is None else cut
         thresholds[level] = {"target": threshold, "prediction": prediction_cut,
-                             "prediction_rating": float(target_to_rating(prediction_cut)), "mode": cfg["threshold"]}
+                             "prediction_rating": float(scale.to_rating(prediction_cut)), "mode": cfg["threshold"]}
         results[level] = empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], threshold, cut)
         if cfg["bootstrap"]:
             ci[level] = bootstrap_ci(tables[level], int(cfg["bootstrap"]), float(cfg["confidence"]),
-                                     int(cfg["bootstrap_seed"]), threshold_rating, cut)
+                                     int(cfg["bootstrap_seed"]), threshold_rating, cut, scale.to_target)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        breakdown = per_participant(tables["rating"], threshold_rating, thresholds["rating"]["prediction"])
+        breakdown = per_participant(tables["rating"], threshold_rating, thresholds["rating"]["prediction"],
+                                    scale.to_target)
     breakdown.to_csv(out_dir / "test_per_participant.csv", index=False)
     if cfg["plots"]:
         rating = tables["rating"]
         figures = {"test/predicted_vs_true": predicted_vs_true(rating["predicted"], rating["rated"],
-                                                                "Test: predicted vs self-rated empathy (per rating)"),
+                                                                "Test: predicted vs self-rated empathy (per rating)",
+                                                                scale),
                    "test/rating_distributions": rating_distributions(rating["rated"], rating["predicted"],
-                                                                     title="Test: self-rated vs predicted empathy")}
+                                                                     title="Test: self-rated vs predicted empathy",
+                                                                     scale=scale)}
         for name, fig in figures.items():
             log_figure(loggers, name, fig)  # no participant ids in these two
             save_figure(fig, out_dir / f"{name.replace('/', '_')}.png")
         if len(breakdown):
             save_figure(per_participant_r(breakdown), out_dir / "test_per_participant_r.png")  # local only: ids
-        session_timelines(tables["window"], out_dir / "test_timelines")  # local only: session ids
+        session_timelines(tables["window"], out_dir / "test_timelines", scale)  # local only: session ids
     r_defined = breakdown.loc[breakdown["r_defined"], "pearson"] if len(breakdown) else pd.Series(dtype=float)
     participants = {"n": int(len(breakdown)), "n_r_defined": int(len(r_defined)),
                     "mean_r": float(r_defined.mean()) if len(r_defined) else float("nan"),
@@ -134,21 +140,21 @@ def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,
 
 
 def group_report(table: pd.DataFrame, threshold_rating: float, out_dir: Path, evaluation: dict[str, Any],
-                 loggers=()) -> dict[str, dict[str, dict[str, float]]]:
+                 loggers=(), scale: RatingScale | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """Bootstrap CIs (resampling `participant_id`, a writer or conversation) and plots of a table of
-    scores on their own label scale (`predicted`, `rated`), for models without rating windows (text).
-    Returns {"rating": CIs} or {} with `evaluation.bootstrap=0`."""
+    scores on their own label `scale` (`predicted`, `rated`), for models without rating windows (text);
+    no plots when the scale is not known. Returns {"rating": CIs} or {} with `evaluation.bootstrap=0`."""
     cfg = settings(evaluation)
     ci = {}
     if cfg["bootstrap"]:
         ci["rating"] = bootstrap_ci(table, int(cfg["bootstrap"]), float(cfg["confidence"]), int(cfg["bootstrap_seed"]),
                                     threshold_rating, None, to_target=None)
-    if cfg["plots"]:
+    if cfg["plots"] and scale is not None:
         figures = {"test/predicted_vs_true": predicted_vs_true(table["predicted"], table["rated"],
-                                                                "Test: predicted vs annotated empathy"),
+                                                                "Test: predicted vs annotated empathy", scale),
                    "test/rating_distributions": rating_distributions(table["rated"], table["predicted"],
                                                                      ("annotated", "predicted"),
-                                                                     "Test: annotated vs predicted empathy")}
+                                                                     "Test: annotated vs predicted empathy", scale)}
         for name, fig in figures.items():
             log_figure(loggers, name, fig)  # scores only, no texts or ids
             save_figure(fig, out_dir / f"{name.replace('/', '_')}.png")

@@ -17,6 +17,7 @@ import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.tables import aggregate_runs, model_display_name, write_tables
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
 
@@ -49,7 +50,7 @@ def collect_runs(sweep_dir: Path | str) -> pd.DataFrame:
                              "scenario": data.get("scenario", data.get("name", "story_share")), "level": level,
                              **{m: results[level].get(m, float("nan")) for m in ALL_METRIC_NAMES}})
     if not rows:
-        raise FileNotFoundError(f"no finished runs (test_metrics.json with .hydra/config.yaml) under {sweep_dir}")
+        raise MissingFileError(f"no finished runs (test_metrics.json with .hydra/config.yaml) under {sweep_dir}")
     return pd.DataFrame(rows)
 
 

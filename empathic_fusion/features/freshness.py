@@ -2,12 +2,13 @@
 stop) and for reports; extraction asks the same question through `branch_signature` and `is_fresh`."""
 from __future__ import annotations
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.extract import branch_signature
 from empathic_fusion.features.store import FeatureStore
 
 
-class StaleFeaturesError(RuntimeError):
+class StaleFeaturesError(UserError, RuntimeError):
     """Stored features that no longer match the dataset or config (or are damaged), with on_stale=error."""
 
 

@@ -9,8 +9,10 @@ from typing import Iterator
 import cv2
 import numpy as np
 
+from empathic_fusion.core.errors import UserError
 
-class MediaError(RuntimeError):
+
+class MediaError(UserError, RuntimeError):
     """A media file that cannot be read; the message names the file and what failed."""
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.core.errors import UserError
+
 GAZE_COLUMNS = [f"gaze_{eye}_{axis}" for eye in (0, 1) for axis in "xyz"] + ["gaze_angle_x", "gaze_angle_y"]
 POSE_COLUMNS = ["pose_Tx", "pose_Ty", "pose_Tz", "pose_Rx", "pose_Ry", "pose_Rz"]
 N_LANDMARKS = 68
@@ -35,7 +37,7 @@ OPENFACE_DIM = len(OPENFACE_FEATURE_NAMES)
 REQUIRED = ["timestamp", "confidence", "success"] + GAZE_COLUMNS[:6] + POSE_COLUMNS + LANDMARK_COLUMNS + AU_COLUMNS
 
 
-class OpenFaceFormatError(ValueError):
+class OpenFaceFormatError(UserError, ValueError):
     """An OpenFace CSV without the columns the face branch needs; the message lists them."""
 
 

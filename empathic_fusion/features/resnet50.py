@@ -11,6 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from empathic_fusion.core.errors import MissingFileError
+
 
 class Bottleneck(nn.Module):
     expansion = 4
@@ -67,7 +69,7 @@ def load_resnet50(weights_path: str | Path) -> ResNet50:
     """ResNet50 with a torchvision-layout state dict; the classifier (`fc.*`) is dropped."""
     path = Path(weights_path)
     if not path.is_file():
-        raise FileNotFoundError(f"ResNet50 weights {path} do not exist (give a torchvision resnet50 state dict .pth)")
+        raise MissingFileError(f"ResNet50 weights {path} do not exist (give a torchvision resnet50 state dict .pth)")
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = state.get("state_dict", state)
     state = {k.removeprefix("module."): v for k, v in state.items() if not k.removeprefix("module.").startswith("fc.")}

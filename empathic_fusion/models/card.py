@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.models.checkpoints import checkpoint_header
 
 Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
@@ -170,22 +170,25 @@ def _metrics(values: dict[str, Any], ci: dict[str, Any] | None, mse_factor: floa
 
 
 def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
-    """Card of a fusion checkpoint. Its test report gives MSE on the cosine scale (rating - 3) / 2; the
-    card shows it on the rating scale (x 4)."""
+    """Card of a fusion checkpoint. Its test report gives MSE on the cosine scale (rating - midpoint) /
+    half-range of the training data's rating scale; the card shows it on the rating scale (x half-range^2:
+    x 4 on 1-5). Checkpoints that predate the recorded scale were trained on 1-5."""
     header = checkpoint_header(checkpoint, ckpt_path)
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     data = dict(header.get("data") or hparams.get("data_info") or {})
     data.setdefault("name", data.get("dataset") or (run_config.get("data") or {}).get("name"))
     data.setdefault("labels", ["empathy"])
-    data.setdefault("scale", [SELF_REPORT.low, SELF_REPORT.high])
+    scale = recorded_scale(data if data.get("scale") else hparams.get("data_info"))
+    data["scale"] = scale.bounds()
     if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
         data["generated"] = (run_config.get("data") or {}).get("demo") is not None
     model = f"EmpathyModule: {_net_name(hparams)} on {'+'.join(header.get('modalities') or [])}"
     run = run_folder(ckpt_path)
     summary = _read_json(run / "test_metrics.json")
     rating = ((summary.get("model") or {}).get("rating")) or {}
-    test = {"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), 4.0)} if rating else {}
+    test = ({"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), scale.half_range ** 2)}
+            if rating else {})
     return ModelCard("fusion", model, ckpt_path, data, test, _confidence(summary, run),
                      _source(run, summary), metrics_note, _training_date(header, ckpt_path),
                      _commit(header, run))

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from empathic_fusion.core.errors import MissingFileError, UserError
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, registered_name
 
 # the fusion module and nets register their names on import (the text ones with empathic_fusion.text)
@@ -62,7 +63,7 @@ def best_checkpoint(folder: Path) -> Path:
     """The monitored best checkpoint of a run's checkpoints folder."""
     files = list(folder.glob("*.ckpt"))
     if not files:
-        raise FileNotFoundError(f"no .ckpt file in {folder} (train.py writes <run>/checkpoints/*.ckpt)")
+        raise MissingFileError(f"no .ckpt file in {folder} (train.py writes <run>/checkpoints/*.ckpt)")
     newest_first = sorted(files, key=lambda p: (p.name != "last.ckpt", -p.stat().st_mtime))
     for path in newest_first:
         for state, mode in _monitored_states(read_checkpoint(path)):
@@ -89,7 +90,7 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if path.is_file():
         return path
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is neither a checkpoint file nor a run folder")
+        raise MissingFileError(f"{path} is neither a checkpoint file nor a run folder")
     folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     return best_checkpoint(folder)
 
@@ -107,7 +108,7 @@ def metrics_note(path: Path) -> str:
             "epoch of that run (serve the run folder to serve the best).")
 
 
-class WrongKindError(ValueError):
+class WrongKindError(UserError, ValueError):
     """A checkpoint of another kind than the caller serves (a text checkpoint where a fusion one goes)."""
 
 
@@ -115,7 +116,7 @@ def checkpoint_header(checkpoint: dict[str, Any], path: str | Path) -> dict[str,
     """A checkpoint's header with `module` and `model` as registered names, whatever its format."""
     header = checkpoint.get(HEADER_KEY)
     if not isinstance(header, dict) or not ({"module", "class"} & set(header)):
-        raise ValueError(f"{path} has no '{HEADER_KEY}' header naming its module: it was not written by "
+        raise WrongKindError(f"{path} has no '{HEADER_KEY}' header naming its module: it was not written by "
                          f"this version of empathic-fusion (header format {HEADER_FORMAT}); retrain it with train.py")
     if "module" in header:
         return dict(header)

@@ -3,7 +3,10 @@
 Training recipe defaults follow Appendix B of Shen, Kim et al. 2024 (EmpathicStories++): AdamW lr
 1e-4, StepLR every 5 epochs by 0.1 (conf/optimizer/adamw.yaml, conf/scheduler/step_lr.yaml), MSE.
 Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`; Acc/F1
-binarise at `evaluation.threshold_rating` of the run config.
+binarise at `evaluation.threshold_rating` of the run config (null: the midpoint of the rating scale).
+The rating scale is the training data's (dataset.yaml `rating_scale`, recorded as `data_info["scale"]`;
+1-5 for checkpoints from before datasets declared one): targets are ratings mapped onto [-1, 1], and
+reports, `empathic-predict` and the app map predictions back onto that scale.
 Parameter-free baselines (`mean`, `story_similarity`) run through the same flow: a net may name
 the head it needs (`required_head`), a head may be fitted in closed form at the start of fit
 (`fit`, given the training-split mean), and with nothing to train no optimizer step is taken.
@@ -24,9 +27,13 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
+from empathic_fusion.config.evaluation import threshold_rating_on
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
+from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
+from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
-from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics, rating_threshold_to_target
+from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
 
@@ -34,7 +41,7 @@ PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
 
 
-class FeatureMismatchError(ValueError):
+class FeatureMismatchError(UserError, ValueError):
     """The data's features do not have the dims (or modalities) a checkpoint was trained on."""
 
 
@@ -70,8 +77,28 @@ class EmpathyModule(EmpathyLightningModule):
         if head != required:
             raise ValueError(f"{type(self.net).__name__} works only with head={required}, got head={head}")
         self.head = make_head(head, self.net.out_dim, int(self.input_dims["story"]))
-        self.threshold = rating_threshold_to_target(float(run_config["evaluation"]["threshold_rating"]))
+        self.rating_scale = recorded_scale(data_info)  # the training data's; 1-5 in checkpoints that predate it
+        self.threshold = float(self.rating_scale.to_target(self.threshold_rating(run_config["evaluation"])))
         self.normalization: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def threshold_rating(self, evaluation: dict[str, Any]) -> float:
+        """The Acc/F1 threshold of `evaluation` settings as a rating on the training data's scale (its
+        midpoint when `threshold_rating` is null); ConfigError when it is off that scale."""
+        return threshold_rating_on(self.rating_scale, evaluation.get("threshold_rating"),
+                                   "the rating scale of the data the model was trained on")
+
+    def check_rating_scale(self, dataset: EmpathyDataset) -> None:
+        """Refuse a dataset whose ratings are on another scale than the model's: its predictions (mapped onto
+        the training scale) and these ratings could not be compared."""
+        if dataset.rating_scale == self.rating_scale:
+            return
+        declared = f"rating_scale is {dataset.rating_scale}"
+        raise DatasetError(dataset.root, [Problem(
+            "dataset.yaml", None, "rating_scale",
+            f"{declared} but the model was trained on ratings on {self.rating_scale}, so its predictions and these "
+            f"ratings are on different scales; declare rating_scale: [{self.rating_scale.low:g}, "
+            f"{self.rating_scale.high:g}] if the ratings are on that scale, or use a model trained on "
+            f"{dataset.rating_scale}")])
 
     def describe(self) -> dict[str, Any]:
         """The fusion fields of the checkpoint header."""
@@ -169,6 +196,7 @@ class EmpathyModule(EmpathyLightningModule):
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
                               split: str, test_csv: str | None = None) -> L.LightningDataModule:
         datamodule = super().evaluation_datamodule(data_overrides, features_overrides, split, test_csv)
+        self.check_rating_scale(datamodule.dataset)
         if split == "val":
             datamodule.datasets["test"] = datamodule.datasets["val"]
         return datamodule
@@ -183,12 +211,13 @@ class EmpathyModule(EmpathyLightningModule):
         participant resamples for the CIs and whether to draw plots (empathic_fusion/evaluation/report.py).
         """
         config = settings(evaluation)
-        threshold_rating = float(config["threshold_rating"])
-        threshold = rating_threshold_to_target(threshold_rating)
+        scale = self.rating_scale
+        threshold_rating = self.threshold_rating(config)
+        threshold = float(scale.to_target(threshold_rating))
         predictions = self.test_predictions
         val_predictions = predict_split(self, datamodule.val_dataloader()) if config["threshold"] == "validation" else None
         report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
-                              val_predictions, loggers)
+                              val_predictions, loggers, scale=scale)
         results = report["results"]
         with warnings.catch_warnings():  # a constant's correlation is undefined; reported as 0 by design
             warnings.simplefilter("ignore")
@@ -202,5 +231,6 @@ class EmpathyModule(EmpathyLightningModule):
         summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
                    "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
-                   "MSE on the cosine scale (rating-3)/2)")
+                   f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
+                   f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")
         return write_test_report(out_dir, heading, rows, summary, notes=ci_table)

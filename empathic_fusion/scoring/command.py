@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 from empathic_fusion.config import validate
 from empathic_fusion.core.files import atomic_write_text
 from empathic_fusion.models.card import ModelCard, fusion_card, text_card
-from empathic_fusion.models.checkpoints import checkpoint_header, metrics_note, read_checkpoint, resolve_checkpoint
+from empathic_fusion.models.checkpoints import (WrongKindError, checkpoint_header, metrics_note, read_checkpoint,
+                                                resolve_checkpoint)
 
 log = logging.getLogger(__name__)
 
@@ -108,11 +109,12 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind not in KINDS:
-        raise ValueError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores {' and '.join(KINDS)} checkpoints")
+        raise WrongKindError(f"{ckpt}: a '{kind}' checkpoint; empathic-predict scores {' and '.join(KINDS)} "
+                             "checkpoints")
     this, (other, that) = KINDS[kind], next((name, k) for name, k in KINDS.items() if name != kind)
     if not cfg.data[this.key] or cfg.data[that.key]:
-        raise ValueError(f"{ckpt} is a {kind} checkpoint: give data.{this.key}=<{this.what}> "
-                         f"(data.{that.key}= is for {other} checkpoints)")
+        raise WrongKindError(f"{ckpt} is a {kind} checkpoint: give data.{this.key}=<{this.what}> "
+                             f"(data.{that.key}= is for {other} checkpoints)")
     card = this.card(ckpt, checkpoint, metrics_note(ckpt))
     del checkpoint
     scored, not_scored = this.score(cfg, ckpt, card, out_dir)

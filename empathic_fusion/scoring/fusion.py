@@ -4,8 +4,10 @@ The checkpoint's own data and feature config builds an `EmpathyDataModule` with 
 the new dataset (ratings.csv optional): `prepare_data` validates the dataset and extracts what its
 store lacks, `setup` builds the windows z-scored with the training statistics the checkpoint carries,
 and `trainer.predict` runs the module's `predict_step` (the web app's Clip tab scores one clip the same
-way). Every (session, story) pair the predict split holds comes back, scored or with the reason it
-could not be.
+way). Predictions are mapped back onto the rating scale the model was trained on (the checkpoint carries
+it; 1-5 for checkpoints from before), never the new folder's: a folder whose ratings.csv rates on another
+scale is refused. Every (session, story) pair the predict split holds comes back, scored or with the
+reason it could not be.
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ import pandas as pd
 import torch
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
-from empathic_fusion.dataset.scale import target_to_rating
 from empathic_fusion.metrics import aggregate_by_rating
 from empathic_fusion.models.card import ModelCard
 from empathic_fusion.models.empathy_module import EmpathyModule
@@ -78,9 +79,11 @@ def score_dataset(model: EmpathyModule, card: ModelCard, dataset_dir: Path, stor
         ratings = getattr(datamodule, "ratings", None)
         if ratings is None or not len(ratings) or len(datamodule.skipped) != len(ratings):
             raise
-        return _tables(datamodule, card, None, None, failures)  # not one window: every pair with its reason
+        return _tables(datamodule, model, card, None, None, failures)  # not one window: every pair with its reason
+    if len(datamodule.dataset.ratings):  # self-reports listed beside the predictions: both on one scale
+        model.check_rating_scale(datamodule.dataset)
     pred = predict(model, datamodule, accelerator, progress).numpy()
-    return _tables(datamodule, card, datamodule.datasets["predict"].windows, pred, failures)
+    return _tables(datamodule, model, card, datamodule.datasets["predict"].windows, pred, failures)
 
 
 def _clipped(card: ModelCard, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +92,8 @@ def _clipped(card: ModelCard, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([v for v, _ in values], dtype=float), np.array([o for _, o in values], dtype=bool)
 
 
-def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFrame | None, pred: np.ndarray | None,
-            failures: list[dict]) -> DatasetScores:
+def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard, windows: pd.DataFrame | None,
+            pred: np.ndarray | None, failures: list[dict]) -> DatasetScores:
     ratings = datamodule.ratings
     masked = _masked_modalities(datamodule)
     pairs = pd.DataFrame({"session_id": ratings.session_id.to_numpy(), "participant_id": ratings.participant_id.to_numpy(),
@@ -111,7 +114,7 @@ def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFram
         index = windows.rating_index.to_numpy(dtype=np.int64)
         means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), torch.from_numpy(index))
         rows = ratings.index.get_indexer(ids.numpy())  # positions of the scored ratings in `pairs`
-        raw = np.asarray(target_to_rating(means.numpy()), dtype=float)
+        raw = np.asarray(model.rating_scale.to_rating(means.numpy()), dtype=float)
         value, outside = _clipped(card, raw)
         pairs.loc[rows, "predicted"], pairs.loc[rows, "raw_predicted"], pairs.loc[rows, "clipped"] = value, raw, outside
         pairs.loc[rows, "status"], pairs.loc[rows, "reason"] = "scored", ""
@@ -119,7 +122,7 @@ def _tables(datamodule: EmpathyDataModule, card: ModelCard, windows: pd.DataFram
         bounds = card.interval_bounds(OUTPUT, value)
         if bounds is not None:
             pairs.loc[rows, "interval_low"], pairs.loc[rows, "interval_high"] = bounds
-        raw_windows = np.asarray(target_to_rating(pred), dtype=float)
+        raw_windows = np.asarray(model.rating_scale.to_rating(pred), dtype=float)
         rated = ratings.loc[index]
         fps = datamodule.dataset.fps
         window_rows = pd.DataFrame({"session_id": windows.session_id.to_numpy(),

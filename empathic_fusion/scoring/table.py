@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.models.card import ModelCard
 from empathic_fusion.text.scorer import TextScorer
 from empathic_fusion.utils.run_output import warn_data
@@ -21,7 +22,7 @@ from empathic_fusion.utils.run_output import warn_data
 PREFIX = "predicted_"  # score columns: predicted_<output>, so they never collide with the table's own columns
 
 
-class TableError(ValueError):
+class TableError(UserError, ValueError):
     """A table that cannot be scored at all; the message names the file and what is wrong."""
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.core.errors import MissingFileError, UserError
 from empathic_fusion.datamodules.splits import group_folds, group_holdout
 
 PREVIOUS_TURNS = "previous_turns"
@@ -40,11 +41,16 @@ class TextTableSpec:
         return list(self.text_columns) + list(self.context_columns) + ([PREVIOUS_TURNS] if self.context_turns > 0 else [])
 
 
+class TextTableError(UserError, ValueError):
+    """A text table that does not fit its data config (missing columns, non-numeric labels, no rows); the
+    message lists every problem with the table's name."""
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     """CSV, TSV or JSON lines, by suffix."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"text table {path} does not exist")
+        raise MissingFileError(f"text table {path} does not exist")
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".ndjson"}:
         return pd.read_json(path, lines=True)
@@ -81,7 +87,7 @@ def validate(table: pd.DataFrame, spec: TextTableSpec, source: str = "table") ->
     if len(table) == 0:
         problems.append("the table has no rows")
     if problems:
-        raise ValueError(f"{source}: " + "; ".join(problems))
+        raise TextTableError(f"{source}: " + "; ".join(problems))
 
 
 def text_fields(table: pd.DataFrame, spec: TextTableSpec) -> dict[str, list[str]]:

@@ -181,6 +181,8 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
     the metrics and counted (`answered`)."""
     from omegaconf import OmegaConf
 
+    from empathic_fusion.config.data import text_rating_scale
+    from empathic_fusion.config.evaluation import threshold_rating_on
     from empathic_fusion.evaluation.tables import aggregate_runs, write_tables
     from empathic_fusion.metrics import METRIC_NAMES, metrics_with_levels
     from empathic_fusion.models.base import build_datamodule
@@ -198,7 +200,9 @@ def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:
     dm = build_datamodule(OmegaConf.to_container(cfg.data, resolve=True), {}, ["text"])
     dm.setup()
     scale = tuple(settings.get("scale") or dm.levels or (1, 5))
-    threshold = float(cfg.evaluation.threshold_rating)
+    levels = cfg.data.get("levels")
+    threshold = threshold_rating_on(text_rating_scale(levels), cfg.evaluation.threshold_rating,
+                                    "data.levels" if levels else "the default 1-5 scale")
     runs, answered, predictions = [], [], []
     for k, (train, test) in enumerate(dm.folds):
         test = test[: settings.max_items] if settings.get("max_items") else test

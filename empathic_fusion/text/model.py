@@ -34,7 +34,9 @@ from torch import nn
 
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
-from empathic_fusion.dataset.scale import SELF_REPORT
+from empathic_fusion.config.data import text_rating_scale
+from empathic_fusion.config.evaluation import threshold_rating_on
+from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
@@ -349,15 +351,17 @@ class TextEmpathyModule(EmpathyLightningModule):
         if config["threshold"] != "fixed":
             raise ValueError(f"evaluation.threshold={config['threshold']}: a text model's report cuts Acc/F1 at "
                              "evaluation.threshold_rating (evaluation.threshold=fixed)")
-        threshold_rating = float(config["threshold_rating"])
+        levels = self.run_config["data"].get("levels")
+        threshold_rating = threshold_rating_on(text_rating_scale(levels), config["threshold_rating"],
+                                               "data.levels" if levels else "the default 1-5 scale")
         rows = text_report_rows(self, datamodule, threshold_rating, self.hparams.baselines)
         main, per_output = rows["main"], rows["per_output"]
         baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
         frame = rows["predictions"]
-        # the plots' axes are the self-report scale
-        plots = self.levels is not None and all(SELF_REPORT.contains(level) for level in self.levels)
+        # the plots' axes are the labels' levels (configured or inferred); none without them
+        scale = RatingScale(*map(float, self.levels)) if self.levels and self.levels[0] < self.levels[1] else None
         ci = group_report(frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
-                          threshold_rating, out_dir, {**config, "plots": config["plots"] and plots}, loggers)
+                          threshold_rating, out_dir, config, loggers, scale)
         summary = {"model": {"rating": per_output[main][self.title]}, "baselines": baseline_results,
                    "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
                    "ci": ci, "confidence": float(config["confidence"]), "stack": self.stack_report,

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.models.predict import predict
@@ -36,7 +37,7 @@ class TextScorer:
         """A text checkpoint file, or a run folder's best checkpoint."""
         path = Path(path)
         if not path.exists():
-            raise FileNotFoundError(f"text checkpoint {path} does not exist (python train.py "
+            raise MissingFileError(f"text checkpoint {path} does not exist (python train.py "
                                     "experiment=text_empathetic_exchanges writes <run>/checkpoints/*.ckpt)")
         return cls(load_module(path, kind="text"), accelerator)
 
