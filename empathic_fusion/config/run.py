@@ -16,6 +16,7 @@ from empathic_fusion.config.checks import one_of, require
 
 SPLITS = ("test", "val")
 ACCELERATORS = ("cpu", "gpu", "auto")
+LOCK_MODES = ("wait", "fail")  # what an extraction does while another one writes its store
 # the config groups a root config holds; each is checked by its own schema (validate.py)
 GROUP_KEYS = ("paths", "data", "features", "model", "modality", "trainer", "logger", "callbacks", "evaluation",
               "judge")
@@ -126,6 +127,9 @@ class ExtractRunConfig(EntryPointConfig):
     progress: bool = True
     verify: bool = False                         # true: also re-hash every stored array and look for NaN/Inf (reads
     #                                              the whole store); damaged branches are redone
+    lock: str = "wait"                           # another extraction writes the store: wait for it to end, or fail
+    #                                              at once with a message naming it (the shards of one run write together)
+    lock_timeout: Optional[float] = None         # lock=wait: seconds to wait at most; null = until it ends
     data: Any = None
     features: Any = None
     modality: Any = None
@@ -133,7 +137,10 @@ class ExtractRunConfig(EntryPointConfig):
     def rules(self) -> dict[str, tuple[bool, str]]:
         return {"workers": (self.workers >= 1, "an integer >= 1"),
                 "shards": (self.shards is None or self.shards >= 1, "null or an integer >= 1 (the number of shards)"),
-                "merge": (not (self.merge and self.shard), "false when shard is set (merge=true joins every shard)")}
+                "merge": (not (self.merge and self.shard), "false when shard is set (merge=true joins every shard)"),
+                "lock": (self.lock in LOCK_MODES, one_of(LOCK_MODES)),
+                "lock_timeout": (self.lock_timeout is None or self.lock_timeout >= 0,
+                                 "null (wait until it ends) or a number of seconds >= 0")}
 
 
 @dataclass

@@ -38,7 +38,7 @@ import numpy as np
 from filelock import FileLock
 
 from empathic_fusion.core.errors import UserError
-from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask
+from empathic_fusion.core.files import atomic_write_text, canonical_hash, free_bytes, respect_umask
 from empathic_fusion.datamodules.window_dataset import FrameSource
 from empathic_fusion.datamodules.window_gather import (DiskRows, FrameArrays, FrameLayout, FramePartsSink, fill_frames,
                                                         fit_rows, small_tensors)
@@ -221,7 +221,7 @@ def _build(source: FrameSource, layout: FrameLayout, folder: Path, identity: dic
     """Write the cache into a temporary folder beside `folder` and rename it into place."""
     root = folder.parent
     needed = layout.dense_nbytes() + 9 * (layout.rows + 1) * len(source.branches)
-    free = shutil.disk_usage(root).free
+    free = free_bytes(root)
     advice = (f"free space there, point data.frame_cache_dir at a larger disk, or hold the frames in memory "
               f"with data.frames=memory (about {needed / 1e9:.2f} GB of RAM)")
     if free < needed + FREE_MARGIN_BYTES:

@@ -85,7 +85,7 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     branches = list(cfg.branches) if cfg.branches else None
     report = extract_features(dataset, store, modalities, features, workers=int(cfg.workers),
                               progress=bool(cfg.progress), shard=parse_shard(cfg.shard), branches=branches,
-                              verify=cfg.verify)
+                              verify=cfg.verify, lock=cfg.lock, lock_timeout=cfg.lock_timeout)
     shown = branches or [b for m in modalities for b in features["modalities"][m]]
     for warning in report.warnings:
         warn_data(warning)
@@ -146,7 +146,8 @@ def merge_command(cfg: DictConfig) -> bool:
         return True
     if len(counts) > 1:
         print(f"shard reports of {counts} shards in {store.root}; merging the latest, {counts[0]} (shards=N picks one)")
-    merge = store.merge_shards(counts[0])
+    with store.writing(lock=cfg.lock, timeout=cfg.lock_timeout):  # not while shards still write their reports
+        merge = store.merge_shards(counts[0])
     print(merge.summary())
     return bool(merge.failures or merge.missing)
 

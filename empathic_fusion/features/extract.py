@@ -16,6 +16,10 @@ signature (extractor, version, its own config, input hashes) decides freshness, 
 extractor's config redoes that branch only. Failures are recorded per session and branch in the
 failure report while the other sessions go on. `shard=(i, n)` takes every n-th session from the i-th
 and writes its own failure report and hash cache (FeatureStore.merge_shards joins the shards' files).
+A run with something to write holds the store's extraction lock (empathic_fusion/features/store_lock.py:
+one unsharded run, or the shards of one extraction, at a time) and first checks the free space against
+an estimate of what it writes (empathic_fusion/features/store_space.py); a disk that runs full stops the
+run with StoreSpaceError, since going on would only fail more.
 """
 from __future__ import annotations
 
@@ -32,9 +36,12 @@ import numpy as np
 from tqdm import tqdm
 
 from empathic_fusion.config import with_defaults
+from empathic_fusion.config.run import ExtractRunConfig
 from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, StoreSpaceError
+from empathic_fusion.features.store_lock import ExtractionLock
+from empathic_fusion.features.store_space import check_free_space
 from empathic_fusion.utils.run_output import native_logs_filtered
 
 log = logging.getLogger(__name__)
@@ -283,20 +290,133 @@ def _length_warning(store: FeatureStore, sid: str) -> str | None:
     return None
 
 
+@dataclass
+class _Plan:
+    """What a run has to write: each owner's (a session's, or DATASET_KEY's for the stories) stale or
+    damaged branches with their signatures, and the manifest entry each had when it was planned."""
+
+    todo: dict[str, dict[str, dict]] = field(default_factory=dict)
+    seen: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+
+    def add(self, store: FeatureStore, owner: str, branch: str, signature: dict) -> None:
+        self.todo.setdefault(owner, {})[branch] = signature
+        self.seen[(owner, branch)] = store.manifest(owner, strict=False).get(branch)
+
+    def sessions(self) -> dict[str, list[str]]:
+        return {owner: list(todo) for owner, todo in self.todo.items() if owner != DATASET_KEY}
+
+
 def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: list[str], cfg: dict,
                      workers: int = 1, progress: bool = True, shard: str | tuple[int, int] | None = None,
-                     branches: list[str] | None = None, verify: bool = False) -> ExtractionReport:
+                     branches: list[str] | None = None, verify: bool = False, lock: str = ExtractRunConfig.lock,
+                     lock_timeout: float | None = ExtractRunConfig.lock_timeout) -> ExtractionReport:
     """Bring the store up to date for the given modalities' branches (and the stories) of every session.
 
     `branches` overrides the branches the modalities map to (e.g. ["cnn"] to fill that one alone). A
     branch is redone when its signature changed or its files fail the store's integrity check (cheap:
     missing, truncated, wrong header; `verify=True` also re-hashes contents and looks for NaN/Inf).
+
+    Only a run that has something to write takes the store's extraction lock (FeatureStore.writing: `lock`
+    "wait" or "fail" when another run holds it, waiting at most `lock_timeout` seconds), so reading an
+    up-to-date store never waits. Under the lock, what another run wrote meanwhile is dropped from the plan
+    and the free space is checked against an estimate of what is left (StoreSpaceError before any work).
+    A disk that runs full while writing stops the run with StoreSpaceError, recorded in the failure report.
     """
     cfg = with_defaults(cfg)
     report = ExtractionReport()
     wanted = list(branches) if branches is not None else [b for m in modalities for b in cfg["modalities"][m]]
-    fps = dataset.fps
     shard = parse_shard(shard)
+    from empathic_fusion.core.sentence_encoder import encoder_identity
+
+    identity = encoder_identity(cfg["text"]["model_path"])
+    _check_languages(dataset, dict(cfg["text"]), "text" in wanted)
+    times: list[tuple[str, str]] = []  # intact branches whose files' times to record (a store copy): under the lock
+    plan = _plan(dataset, store, wanted, cfg, identity, shard, verify, report, times)
+    store.save_hash_cache(shard)  # a shard writes its own cache: shards running at once never overwrite each other's
+    if plan.todo:
+        with store.writing(shard, lock, lock_timeout):
+            plan = _not_written_meanwhile(store, plan, report)
+            for owner, branch in times:
+                store.record_times(owner, branch)
+            if plan.todo:
+                check_free_space(store, dataset, plan.sessions(), DATASET_KEY in plan.todo, cfg)
+                try:
+                    _extract(dataset, store, plan, cfg, workers, progress, report)
+                except StoreSpaceError as error:  # a full disk: going on would only fail more
+                    report.failures.append({"session_id": error.session, "branch": error.branch, "error": str(error)})
+                    try:
+                        store.write_failures(report.failures, shard)
+                    except OSError:
+                        pass  # not even the report fits; the error says what to do
+                    raise
+    elif times:
+        held = ExtractionLock(store.root, shard)
+        if held.try_acquire():  # when no other run writes (and the store is writable); else the next run does it
+            try:
+                for owner, branch in times:
+                    store.record_times(owner, branch)
+            finally:
+                held.release()
+    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in MEDIA_BRANCHES)
+    for session_id in media_sessions:  # once per session, however many of its media branches were redone
+        note = _length_warning(store, session_id)
+        if note:
+            report.warnings.append(note)
+    store.write_failures(report.failures, shard)
+    return report
+
+
+def _plan(dataset: EmpathyDataset, store: FeatureStore, wanted: list[str], cfg: dict, identity: str,
+          shard: tuple[int, int] | None, verify: bool, report: ExtractionReport,
+          times: list[tuple[str, str]]) -> _Plan:
+    """The branches (and stories) this run must write; inputs that cannot be read are recorded failures."""
+    plan = _Plan()
+    text_cfg = dict(cfg["text"])
+    if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
+        story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
+                           "config": {"chunking": text_chunking(text_cfg)},
+                           "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
+        if not _up_to_date(store, DATASET_KEY, "stories", story_signature, verify, report, times):
+            plan.add(store, DATASET_KEY, "stories", story_signature)
+    for position, session_id in enumerate(dataset.sessions.sort_index().index):
+        if shard is not None and position % shard[1] != shard[0]:
+            report.skipped_sessions += 1
+            continue
+        for branch in wanted:
+            if BRANCH_MODALITY.get(branch) == "text" and session_id not in dataset.transcripts:
+                continue  # the loader already warned that this session has no transcript
+            try:
+                signature = branch_signature(store, dataset, session_id, branch, cfg, identity)
+            except (OSError, ValueError) as error:
+                report.failures.append({"session_id": session_id, "branch": branch, "error": f"unreadable input: {error}"})
+                continue
+            if not _up_to_date(store, session_id, branch, signature, verify, report, times):
+                plan.add(store, session_id, branch, signature)
+    return plan
+
+
+def _not_written_meanwhile(store: FeatureStore, plan: _Plan, report: ExtractionReport) -> _Plan:
+    """The plan less the branches another run wrote while this one waited for the lock: those whose manifest
+    entry changed since planning and now holds the planned signature with intact files."""
+    left = _Plan()
+    for owner, todo in plan.todo.items():
+        for branch, signature in todo.items():
+            entry = store.manifest(owner, strict=False).get(branch)
+            if (entry is not None and entry != plan.seen[(owner, branch)] and entry.get("signature") == signature
+                    and not store.check_branch(owner, branch)):
+                report.up_to_date.append((owner, branch))
+                report.damaged = [d for d in report.damaged if (d["session_id"], d["branch"]) != (owner, branch)]
+                continue
+            left.todo.setdefault(owner, {})[branch] = signature
+            left.seen[(owner, branch)] = plan.seen[(owner, branch)]
+    return left
+
+
+def _extract(dataset: EmpathyDataset, store: FeatureStore, plan: _Plan, cfg: dict, workers: int, progress: bool,
+             report: ExtractionReport) -> None:
+    """Extract and write what the plan holds: the stories and text here, GloVe once for all its sessions,
+    the media branches in worker processes."""
+    fps = dataset.fps
     text_cfg, glove_cfg = dict(cfg["text"]), dict(cfg["glove"])
     encoder = None
 
@@ -309,36 +429,18 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                                       device=text_cfg["device"])
         return encoder
 
-    from empathic_fusion.core.sentence_encoder import encoder_identity
     from empathic_fusion.features.text_sbert import extract_text
 
-    identity = encoder_identity(text_cfg["model_path"])
-    _check_languages(dataset, text_cfg, "text" in wanted)
-    if shard is None or shard[0] == 0:  # dataset-level branches: written by one shard only
-        story_signature = {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
-                           "config": {"chunking": text_chunking(text_cfg)},
-                           "inputs": {"stories": store.file_hash(dataset.root / "stories.csv")}}
-        if not _up_to_date(store, DATASET_KEY, "stories", story_signature, verify, report):
-            embeddings = text_encoder().encode(dataset.stories.text.tolist())
-            _write(store, report, DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)},
-                   story_signature, {"story_ids": dataset.stories.index.tolist()})
-
+    if "stories" in plan.todo.get(DATASET_KEY, {}):
+        embeddings = text_encoder().encode(dataset.stories.text.tolist())
+        _write(store, report, DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)},
+               plan.todo[DATASET_KEY]["stories"], {"story_ids": dataset.stories.index.tolist()})
     jobs, glove_todo = [], []
-    for position, (session_id, session) in enumerate(dataset.sessions.sort_index().iterrows()):
-        if shard is not None and position % shard[1] != shard[0]:
-            report.skipped_sessions += 1
+    for session_id, planned in plan.todo.items():
+        if session_id == DATASET_KEY:
             continue
-        todo: dict[str, dict] = {}
-        for branch in wanted:
-            if BRANCH_MODALITY.get(branch) == "text" and session_id not in dataset.transcripts:
-                continue  # the loader already warned that this session has no transcript
-            try:
-                signature = branch_signature(store, dataset, session_id, branch, cfg, identity)
-            except (OSError, ValueError) as error:
-                report.failures.append({"session_id": session_id, "branch": branch, "error": f"unreadable input: {error}"})
-                continue
-            if not _up_to_date(store, session_id, branch, signature, verify, report):
-                todo[branch] = signature
+        todo = dict(planned)
+        session = dataset.sessions.loc[session_id]
         if "text" in todo:
             arrays, info, notes = extract_text(dataset.transcripts[session_id], fps, text_encoder(),
                                                list(text_cfg["speakers"]))
@@ -351,18 +453,10 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                          "video": str(session.video), "audio": str(session.audio or session.video),
                          "openface_csv": str(openface_csv) if openface_csv else None,
                          "face_cfg": dict(cfg["face"]), "cnn_cfg": dict(cfg["cnn"]), "audio_cfg": dict(cfg["audio"])})
-    store.save_hash_cache(shard)  # a shard writes its own cache: shards running at once never overwrite each other's
     if glove_todo:
         _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
     if jobs:
         _run_media_jobs(jobs, store, workers, progress, report)
-    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in MEDIA_BRANCHES)
-    for session_id in media_sessions:  # once per session, however many of its media branches were redone
-        note = _length_warning(store, session_id)
-        if note:
-            report.warnings.append(note)
-    store.write_failures(report.failures, shard)
-    return report
 
 
 def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
@@ -382,9 +476,11 @@ def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) 
 
 
 def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, verify: bool,
-                report: ExtractionReport) -> bool:
+                report: ExtractionReport, times: list[tuple[str, str]]) -> bool:
     """Recorded with this signature and intact; a recorded branch whose files fail the check is damaged
-    (reported, then redone like a stale one)."""
+    (reported, then redone like a stale one). An intact branch whose files' modification times differ from
+    the record (a store copied without its times: re-hashed intact) goes into `times`, for the caller to
+    record them under the lock (FeatureStore.record_times), so later opens need no re-hash."""
     try:
         recorded = store.manifest(owner).get(branch)
     except StoreIntegrityError as error:  # unreadable manifest: every branch of this owner is redone
@@ -396,7 +492,8 @@ def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, v
     if problems:
         report.damaged.append({"session_id": owner, "branch": branch, "problems": problems})
         return False
-    store.record_times(owner, branch)  # files re-hashed intact after their mtime changed: no re-hash next time
+    if store.times_changed(owner, branch):
+        times.append((owner, branch))
     report.up_to_date.append((owner, branch))
     return True
 
@@ -467,6 +564,10 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
             elapsed = time.perf_counter() - started
             bar.set_postfix_str(f"{report.face_frames / max(elapsed, 1e-9):.0f} frames/s")
             bar.update(1)
+    except BaseException:  # a full disk, an interrupt: the sessions still queued are not waited for
+        if pool is not None:
+            pool.terminate()
+        raise
     finally:
         if pool is not None:
             pool.close()

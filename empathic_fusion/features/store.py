@@ -12,7 +12,13 @@ only its own sessions, its own failure report and its own hash cache, so concurr
 write the same file; `merge_shards` joins their reports and caches when all have finished.
 
 A branch is written into a temporary folder and renamed into place, and the manifest is replaced
-atomically after it, so a killed extraction never leaves a half-written branch that looks done.
+atomically after it, so a killed extraction never leaves a half-written branch that looks done. The
+temporary folders carry their writer's pid and host (`.face.tmp-<pid>-<random>@<host>`): a writer removes
+the leftovers of its own process and of processes of its host that have ended, never a running one's;
+one holding the store's extraction lock (`writing`, empathic_fusion/features/store_lock.py) also those of
+other hosts. A disk that runs full while a branch is written stops with StoreSpaceError naming the
+store, session, branch and the space needed and free; the branch's temporary folder is removed and its
+manifest is left as it was.
 A branch is up to date when its signature (extractor, version, config, input-file hashes) equals
 the one in the manifest and its files pass the integrity check.
 
@@ -26,11 +32,15 @@ created with the process umask (a lab's shared store stays readable to colleague
 """
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,13 +48,19 @@ from typing import Any
 import numpy as np
 
 from empathic_fusion.core.errors import UserError
-from empathic_fusion.core.files import atomic_write_text, canonical_hash, respect_umask, sha256_file
+from empathic_fusion.core.files import (atomic_write_text, canonical_hash, format_bytes, free_bytes, is_disk_full,
+                                        respect_umask, sha256_file)
+from empathic_fusion.features.store_lock import HOST, ExtractionLock, pid_alive
+
+log = logging.getLogger(__name__)
 
 DATASET_KEY = "_dataset"
 MANIFEST_CHECKSUM = "_checksum"
 FAILURES = "failures"
 HASH_CACHE = "file_hashes"
 _SHARD_FILE = re.compile(r"-shard(\d+)of(\d+)\.json$")
+# a branch's temporary or replaced folder: .<branch>.tmp-<pid>-<random>@<host> or .<branch>.old-<pid>@<host>
+_WRITER = re.compile(r"\.(?:tmp|old)-(?P<pid>\d+)(?:-[^@/]*)?@(?P<host>[^@/]+)$")
 
 
 def shard_file(stem: str, shard: tuple[int, int] | None) -> str:
@@ -80,12 +96,55 @@ class StoreIntegrityError(UserError, RuntimeError):
     """A store file is missing, damaged or holds non-finite values; the message names the file."""
 
 
+class StoreSpaceError(UserError, OSError):
+    """The store's disk has no room for what extraction writes; the message names the store, the session
+    and branch, the space needed and the space free."""
+
+    def __init__(self, message: str, session: str | None = None, branch: str | None = None):
+        super().__init__(errno.ENOSPC, message)
+        self.session, self.branch = session, branch  # what was being written (the failure report's entry)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+class StoreLocationError(UserError, OSError):
+    """`data.store_dir` cannot be a store folder: a link to nothing (an unmounted drive), or a file."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(code, message)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _store_folder(root: Path) -> None:
+    """Create the store folder; a path through a dangling link or a file gets its own message."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        return
+    except (FileExistsError, NotADirectoryError) as error:
+        failure = error
+    for part in [*reversed(root.absolute().parents), root.absolute()]:
+        if part.is_symlink() and not part.exists():
+            raise StoreLocationError(errno.ENOENT, (
+                f"feature store folder {root}: {part} is a link to {os.readlink(part)}, which does not exist (an "
+                f"unmounted drive or a moved folder?); mount or create it, or set data.store_dir to another "
+                f"folder")) from failure
+        if part.exists() and not part.is_dir():
+            raise StoreLocationError(errno.ENOTDIR, (
+                f"feature store folder {root}: {part} is a file, not a folder; set data.store_dir to a folder (or "
+                f"move the file away)")) from failure
+    raise failure
+
+
 class FeatureStore:
     """Reads and writes frame-level feature arrays and their manifests."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        _store_folder(self.root)
+        self._lock: ExtractionLock | None = None  # held while this process writes as the store's extraction
         self._manifests: dict[str, tuple[tuple[int, int, int], dict]] = {}
         self._rehashed: dict[Path, tuple[int, int]] = {}  # files whose changed mtime was re-hashed: (size, mtime_ns)
         self._hash_cache: dict[str, dict] = self._read_hash_caches()
@@ -118,9 +177,15 @@ class FeatureStore:
 
     def save_hash_cache(self, shard: tuple[int, int] | None = None) -> None:
         """Write the hash cache; a shard writes its own file, so concurrent shards never overwrite each
-        other's entries (`merge_shards` joins them)."""
-        atomic_write_text(self.root / shard_file(HASH_CACHE, shard),
-                          json.dumps(self._hash_cache, indent=0, sort_keys=True))
+        other's entries (`merge_shards` joins them). A full disk only costs hashing again next time."""
+        try:
+            atomic_write_text(self.root / shard_file(HASH_CACHE, shard),
+                              json.dumps(self._hash_cache, indent=0, sort_keys=True))
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            log.warning("feature store %s: the disk is full (%s free); the input-file hashes were not saved and "
+                        "are computed again next time", self.root, format_bytes(free_bytes(self.root)))
 
     def merge_shards(self, count: int, finished: set[int] | None = None) -> ShardMerge:
         """Join the failure reports of shards 0..count-1 into `failures.json` (each failure tagged with
@@ -224,18 +289,31 @@ class FeatureStore:
         self._rehashed[path] = (stat.st_size, stat.st_mtime_ns)
         return None
 
+    def _current_times(self, owner: str, branch: str) -> dict | None:
+        """The branch's array records with their files' current modification times, when any differs from
+        the record (and every record has a sha256 the files were checked against); else None."""
+        entry = self.manifest(owner).get(branch)
+        if entry is None:
+            return None
+        arrays = {name: {**record, "mtime_ns": (self.branch_dir(owner, branch) / f"{name}.npy").stat().st_mtime_ns}
+                  for name, record in entry["arrays"].items()}
+        if arrays == entry["arrays"] or any("sha256" not in record for record in arrays.values()):
+            return None
+        return arrays
+
+    def times_changed(self, owner: str, branch: str) -> bool:
+        """Whether record_times would record anything for this branch (its files' times differ from the record)."""
+        return self._current_times(owner, branch) is not None
+
     def record_times(self, owner: str, branch: str) -> None:
         """Record the current modification times of a branch whose files were re-hashed and found intact
         (a store copied without keeping times), so later opens need no re-hash. Extraction calls this;
         the files must have passed check_branch first."""
+        arrays = self._current_times(owner, branch)
+        if arrays is None:
+            return
         manifest = dict(self.manifest(owner))
-        entry = manifest.get(branch)
-        if entry is None:
-            return
-        arrays = {name: {**record, "mtime_ns": (self.branch_dir(owner, branch) / f"{name}.npy").stat().st_mtime_ns}
-                  for name, record in entry["arrays"].items()}
-        if arrays == entry["arrays"] or any("sha256" not in record for record in arrays.values()):
-            return
+        entry = manifest[branch]
         manifest[branch] = {**entry, "arrays": arrays}
         manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)
         atomic_write_text(self.owner_dir(owner) / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
@@ -247,6 +325,40 @@ class FeatureStore:
         return entry is not None and entry["signature"] == signature and not self.check_branch(owner, branch, deep)
 
     # ---- writing -------------------------------------------------------------------------
+    @contextmanager
+    def writing(self, shard: tuple[int, int] | None = None, lock: str = "wait",
+                timeout: float | None = None) -> Iterator[ExtractionLock]:
+        """Hold the store's extraction lock while writing (empathic_fusion/features/store_lock.py): an unsharded
+        run alone, the shards of one extraction together; `lock` wait or fail when another run holds it."""
+        with ExtractionLock(self.root, shard, lock, timeout) as held:
+            self._lock = held
+            try:
+                yield held
+            finally:
+                self._lock = None
+
+    def _remove_leftovers(self, owner_dir: Path, branch: str) -> None:
+        """Remove the temporary and replaced folders of `branch` that killed writers left: this process's,
+        those of ended processes of this host, and, while this process holds the store's extraction lock
+        (no other writer can be running), any other's. A running writer's folders are never touched."""
+        for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
+            writer = _WRITER.search(leftover.name)
+            if writer is not None and writer["host"] == HOST:
+                pid = int(writer["pid"])
+                ended = pid == os.getpid() or not pid_alive(pid)
+            else:  # another host's, or named before writers were (no pid, no host)
+                ended = self._lock is not None
+            if ended:
+                shutil.rmtree(leftover, ignore_errors=True)
+
+    def _space_error(self, owner: str, branch: str, needed: int, error: OSError, what: str) -> StoreSpaceError:
+        where = f"the dataset-level branch '{branch}'" if owner == DATASET_KEY else f"session '{owner}', branch '{branch}'"
+        return StoreSpaceError(
+            f"feature store {self.root}: the disk is full: {where} needs "
+            f"{format_bytes(needed)} and {format_bytes(free_bytes(self.root))} are free ({type(error).__name__}: "
+            f"{error}); {what} and extraction stopped. Free space on that disk (or set data.store_dir to a larger "
+            f"one) and run extract.py again: it keeps every branch already written", owner, branch)
+
     def write_branch(self, owner: str, branch: str, arrays: dict[str, np.ndarray], signature: dict,
                      info: dict | None = None) -> None:
         """Atomically replace one branch's arrays, then record them (shape, dtype, size, sha256) in the
@@ -257,12 +369,18 @@ class FeatureStore:
                 raise StoreIntegrityError(f"session '{owner}', branch '{branch}': the extractor produced {bad} "
                                           f"NaN/Inf value(s) in '{name}'; nothing was written")
         owner_dir = self.owner_dir(owner)
-        owner_dir.mkdir(parents=True, exist_ok=True)
-        for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
-            shutil.rmtree(leftover, ignore_errors=True)  # from a killed run; one writer per session
-        tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-", dir=owner_dir))
+        needed = sum(np.asarray(array).nbytes + 128 for array in arrays.values())  # .npy headers are 128 bytes
+        try:
+            owner_dir.mkdir(parents=True, exist_ok=True)
+            self._remove_leftovers(owner_dir, branch)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-{os.getpid()}-", suffix=f"@{HOST}", dir=owner_dir))
+        except OSError as error:
+            if is_disk_full(error):
+                raise self._space_error(owner, branch, needed, error, "nothing of it was written") from error
+            raise
         respect_umask(tmp, directory=True)
         records = {}
+        final = self.branch_dir(owner, branch)
         try:
             for name, array in arrays.items():
                 array = np.ascontiguousarray(array)
@@ -273,21 +391,34 @@ class FeatureStore:
                 stat = (tmp / f"{name}.npy").stat()  # a rename keeps size and mtime
                 records[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": stat.st_size,
                                  "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(tmp / f"{name}.npy")}
-            final = self.branch_dir(owner, branch)
             if final.exists():
-                old = owner_dir / f".{branch}.old-{os.getpid()}"
+                old = owner_dir / f".{branch}.old-{os.getpid()}@{HOST}"
                 final.rename(old)
                 tmp.rename(final)
                 shutil.rmtree(old)
             else:
                 tmp.rename(final)
+        except OSError as error:
+            shutil.rmtree(tmp, ignore_errors=True)  # before the free space is measured for the message
+            if is_disk_full(error):
+                raise self._space_error(owner, branch, needed, error, "nothing of it was kept") from error
+            raise
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp)
         manifest = dict(self.manifest(owner, strict=False))
         manifest[branch] = {"signature": signature, "arrays": records, **(info or {})}
         manifest[MANIFEST_CHECKSUM] = canonical_hash(manifest)  # edits or damage to the manifest itself show
-        atomic_write_text(owner_dir / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+        text = json.dumps(manifest, indent=1, sort_keys=True)
+        try:
+            atomic_write_text(owner_dir / "manifest.json", text)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            # the branch's files are in place but unrecorded: removed, so the old record cannot pass for them
+            shutil.rmtree(final, ignore_errors=True)
+            raise self._space_error(owner, branch, len(text), error,
+                                    "its manifest was not updated, its files were removed") from error
         self._manifests.pop(owner, None)
 
     # ---- reading -------------------------------------------------------------------------
@@ -319,7 +450,16 @@ class FeatureStore:
         """The failure report: every (session, branch) that failed in the last run and why (a shard's
         own file for a shard)."""
         path = self.root / shard_file(FAILURES, shard)
-        atomic_write_text(path, json.dumps(failures, indent=1))
+        text = json.dumps(failures, indent=1)
+        try:
+            atomic_write_text(path, text)
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            raise StoreSpaceError(f"feature store {self.root}: the disk is full: the failure report {path} needs "
+                                  f"{format_bytes(len(text))} and {format_bytes(free_bytes(self.root))} are free "
+                                  f"({type(error).__name__}: {error}). Free space on that disk (or set data.store_dir "
+                                  f"to a larger one) and run extract.py again") from error
         return path
 
     def manifest_hash(self, owners: list[str], branches: list[str],

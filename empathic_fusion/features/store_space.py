@@ -1,0 +1,117 @@
+"""The disk space an extraction will take in the store, estimated before it starts, so that a disk that is
+too small stops the run before any work instead of part way through.
+
+The estimate, per session and branch to extract: its frames times the bytes a frame takes, plus the rows
+of the indexed branches and 4 kB per file (the .npy header, the last file-system block):
+- frames: the video's duration (container header) x the dataset's fps for face and cnn, the audio's
+  (the video's when the session has no audio file) for audio, the transcript's last end for text and glove;
+- per frame: face 1451 float16 (MediaPipe) or 253 (OpenFace) + a mask byte; cnn 1280 (EfficientNet-Lite0)
+  or 2048 (ResNet50) float16 + a mask byte; audio 65 (ComParE_2016) or 25 (eGeMAPSv02) float32 + mask and
+  voiced bytes; text and glove a 4-byte row index + a mask byte;
+- rows: text 1024 float16 per participant utterance (an upper bound on sentence encoders' widths), glove
+  300 (a GloVe file) or 50 (the packaged vectors) float16 per word, the stories 1024 float16 each.
+A branch that is redone replaces its files, so it counts less the bytes its current files take (never
+below zero; the largest branch counts whole, as its new files are written before the old ones go). A
+medium whose duration cannot be read counts nothing here: its extraction fails and is reported as usual.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from empathic_fusion.core.files import format_bytes, free_bytes
+from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreSpaceError
+
+FILE_OVERHEAD = 4096  # per array file: its header and a partly used last block
+TEXT_WIDTH = 1024     # an upper bound on a sentence encoder's width (MiniLM 384, mpnet 768, large models 1024)
+INDEX_BYTES = 4 + 1   # an indexed branch's int32 row per frame and its mask byte
+
+
+def media_seconds(path: Path, kind: str) -> float | None:
+    """Duration of a file's first `kind` ("video" or "audio") stream from its container header, else the
+    container's; None when the file cannot be opened or tells none."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            streams = container.streams.video if kind == "video" else container.streams.audio
+            if streams and streams[0].duration and streams[0].time_base:
+                return float(streams[0].duration * streams[0].time_base)
+            return container.duration / 1e6 if container.duration else None
+    except Exception:  # noqa: BLE001 - PyAV raises several error types; extraction reports the file
+        return None
+
+
+def _frame_bytes(branch: str, cfg: dict) -> int:
+    """Bytes per frame of a dense media branch (features + its per-frame byte arrays)."""
+    if branch == "face":
+        if cfg["face"]["backend"] == "openface":
+            from empathic_fusion.features.openface_import import OPENFACE_DIM
+
+            return OPENFACE_DIM * 2 + 1
+        from empathic_fusion.features.face_mesh import FACE_DIM
+
+        return FACE_DIM * 2 + 1
+    if branch == "cnn":
+        from empathic_fusion.features.cnn_frames import MODELS
+
+        return MODELS.get(cfg["cnn"]["model"], max(MODELS.values())) * 2 + 1
+    from empathic_fusion.features.audio_smile import FEATURE_SETS
+
+    return FEATURE_SETS.get(cfg["audio"]["feature_set"], max(FEATURE_SETS.values())) * 4 + 2
+
+
+def branch_bytes(dataset: EmpathyDataset, session_id: str, branch: str, cfg: dict) -> int:
+    """The estimated size of one session's branch once extracted (see the module docstring)."""
+    session = dataset.sessions.loc[session_id]
+    if branch in ("face", "cnn", "audio"):
+        kind, source = ("audio", session.audio or session.video) if branch == "audio" else ("video", session.video)
+        seconds = media_seconds(Path(source), kind) if isinstance(source, (str, Path)) and str(source) else None
+        if seconds is None:
+            return 0
+        return int(math.ceil(seconds * dataset.fps)) * _frame_bytes(branch, cfg) + 3 * FILE_OVERHEAD
+    transcript = dataset.transcripts.get(session_id)
+    if transcript is None or not len(transcript):
+        return 3 * FILE_OVERHEAD
+    frames = int(math.ceil(float(transcript.end.max()) * dataset.fps))
+    spoken = transcript[transcript.speaker.isin(list(cfg["text"]["speakers"]))]
+    if branch == "text":
+        rows = len(spoken) * TEXT_WIDTH * 2
+    else:
+        width = 300 if cfg["glove"]["vectors_path"] else 50
+        rows = int(spoken.text.astype(str).str.split().str.len().sum()) * width * 2
+    return frames * INDEX_BYTES + rows + 3 * FILE_OVERHEAD
+
+
+def _recorded_bytes(store: FeatureStore, owner: str, branch: str) -> int:
+    """What a branch's current files take (0 when it has none on record)."""
+    entry = store.manifest(owner, strict=False).get(branch) or {}
+    return sum(int(record.get("bytes", 0)) for record in entry.get("arrays", {}).values())
+
+
+def needed_bytes(store: FeatureStore, dataset: EmpathyDataset, sessions: Mapping[str, Collection[str]], stories: bool,
+                 cfg: dict) -> int:
+    """The estimated growth of the store when the given sessions' branches (and the stories) are extracted."""
+    sizes = [(owner, branch, branch_bytes(dataset, owner, branch, cfg))
+             for owner, branches in sessions.items() for branch in branches]
+    if stories:
+        sizes.append((DATASET_KEY, "stories", len(dataset.stories) * TEXT_WIDTH * 2 + FILE_OVERHEAD))
+    growth = sum(max(size - _recorded_bytes(store, owner, branch), 0) for owner, branch, size in sizes)
+    return max([growth, *(size for _, _, size in sizes)])
+
+
+def check_free_space(store: FeatureStore, dataset: EmpathyDataset, sessions: Mapping[str, Collection[str]],
+                     stories: bool, cfg: dict) -> int:
+    """Stop with StoreSpaceError, before any work, when the store's disk has clearly not room for what is
+    to be extracted (the estimate exceeds the free space); returns the estimate."""
+    needed = needed_bytes(store, dataset, sessions, stories, cfg)
+    free = free_bytes(store.root)
+    if needed > free:
+        count = sum(len(branches) for branches in sessions.values()) + int(stories)
+        raise StoreSpaceError(f"feature store {store.root}: extracting {count} branch(es) of {len(sessions)} "
+                              f"session(s) needs about {format_bytes(needed)} and {format_bytes(free)} are free on "
+                              f"its disk; nothing was extracted. Free space there (or set data.store_dir to a larger "
+                              f"disk) and run extract.py again (how the space is estimated: docs/features.md)")
+    return needed
