@@ -20,7 +20,7 @@ class VideoInfo:
     declared_frames: int  # from the container header; 0 when unknown
     width: int
     height: int
-    duration: float = 0.0  # seconds, from the video stream (else frames / fps, else the container); 0 when unknown
+    duration: float = 0.0  # seconds: the video stream's or frames / fps, the longer (else the container's); 0 when unknown
 
     def frames_at(self, target_fps: float) -> int:
         """Number of frames on the dataset clock covering the declared duration."""
@@ -65,8 +65,9 @@ def _video_info(path: Path, container, stream) -> VideoInfo:
     fps = float(rate or 0.0)
     if fps <= 0:
         raise MediaError(f"video {path} reports no frame rate")
-    if duration <= 0 and frames:
-        duration = frames / fps
+    # the longer of the two: a truncated AVI's stream duration is what is left, its header still counts
+    # every frame (the tail is then reported as truncated); for variable-rate video they are equal
+    duration = max(duration, frames / fps)
     if duration <= 0 and container.duration:  # e.g. Matroska: no per-stream duration or frame count
         duration = container.duration / 1_000_000  # AV_TIME_BASE
     context = stream.codec_context
