@@ -20,7 +20,7 @@ class VideoInfo:
     declared_frames: int  # from the container header; 0 when unknown
     width: int
     height: int
-    duration: float = 0.0  # seconds: the video stream's or frames / fps, the longer (else the container's); 0 when unknown
+    duration: float = 0.0  # seconds: the longer of the stream's and frames / fps (else the container's); 0: unknown
 
     def frames_at(self, target_fps: float) -> int:
         """Number of frames on the dataset clock covering the declared duration."""
