@@ -234,7 +234,8 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
             if runs:
                 notes.append(_stretch_note("no participant face", runs, fps) + "; those frames are masked")
         if multi_face:
-            notes.append(f"more than one face in {multi_face} of {n_frames} frames ({100 * multi_face / n_frames:.1f}%); "
+            share = 100 * multi_face / n_frames
+            notes.append(f"more than one face in {multi_face} of {n_frames} frames ({share:.1f}%); "
                          f"the participant's face is followed by its position from frame to frame, the others "
                          f"are not used" + (f"; {other_face_only} frames showed only other faces and are masked"
                                              if other_face_only else ""))
