@@ -86,7 +86,9 @@ def _session(args: tuple[str, str, float]) -> int:
             _audio_text(video, fps, n)
         return n
     if stage == "cnn":
-        return extract_video(Path(video), fps, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER)["cnn"][1]["n_frames"]
+        # the CNN stage alone: without the face mesh that masks frames without a face (cnn.mask_without_face)
+        return extract_video(Path(video), fps, cnn_cfg={"frame_stride": 1, "mask_without_face": False},
+                             embedder=_EMBEDDER)["cnn"][1]["n_frames"]
     if stage in ("video_path", "video_path_bf16"):
         out = extract_video(Path(video), fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=_EMBEDDER)
         return out["face"][1]["n_frames"]
@@ -231,6 +233,7 @@ def side_by_side(video: Path, fps: float, frames: list[np.ndarray], rounds: int,
     import cv2
     import mediapipe as mp
 
+    from empathic_fusion.config.features import FaceConfig
     from empathic_fusion.features.cnn_frames import FrameEmbedder, resize_frame
     from empathic_fusion.features.media import iter_frames
     from empathic_fusion.features.video_pass import extract_video
@@ -247,7 +250,8 @@ def side_by_side(video: Path, fps: float, frames: list[np.ndarray], rounds: int,
         part["frames"] += frames_done
         part["seconds"] += seconds
 
-    settings = {"static_image_mode": False, "max_num_faces": 1, "refine_landmarks": True}
+    # the mesh as the face branch runs it (face.max_faces: its detector also runs while fewer faces are tracked)
+    settings = {"static_image_mode": False, "max_num_faces": FaceConfig.max_faces, "refine_landmarks": True}
     with native_logs_filtered():
         for precision, embedder in embedders.items():  # warm-up: model loading, first-call costs
             extract_video(video, fps, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=embedder)

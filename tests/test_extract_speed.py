@@ -74,10 +74,15 @@ def test_a_bf16_store_is_not_read_as_fp32(tmp_path):
 
     store, video = FeatureStore(tmp_path / "store"), tmp_path / "clip.mp4"
     video.write_bytes(b"not really a video, but hashed all the same")
-    cfg = {"model": "efficientnet_lite0", "weights_path": None, "crop": "frame", "frame_stride": 1}
-    signature = {p: _cnn_signature(store, video, 15.0, {**cfg, "precision": p}) for p in ("auto", "fp32", "bf16", "fp16")}
+    cfg = {"model": "efficientnet_lite0", "weights_path": None, "crop": "frame", "frame_stride": 1,
+           "mask_without_face": False, "min_frame_std": 5.0}
+    face = {"min_detection_confidence": 0.5, "min_tracking_confidence": 0.5, "max_faces": 2}
+    signature = {p: _cnn_signature(store, video, 15.0, {**cfg, "precision": p}, face)
+                 for p in ("auto", "fp32", "bf16", "fp16")}
     assert signature["auto"] == signature["fp32"]
-    assert set(signature["fp32"]["config"]) == {"fps", "crop", "frame_stride"}  # the version-1 layout
+    assert set(signature["fp32"]["config"]) == {"fps", "crop", "frame_stride", "mask_without_face", "min_frame_std"}
+    with_mesh = _cnn_signature(store, video, 15.0, {**cfg, "mask_without_face": True}, face)["config"]
+    assert {k: with_mesh[k] for k in face} == face  # the mesh decides which frames are embedded
     assert signature["bf16"] != signature["fp32"] and signature["bf16"]["config"]["precision"] == "bf16"
     assert signature["fp16"] not in (signature["fp32"], signature["bf16"])
 

@@ -1,5 +1,6 @@
 """Frame CNN: the packaged EfficientNet-Lite0 loads offline and sees what is in a frame; ResNet50 takes
-a torchvision-layout weights file; the video pass embeds every n-th frame and holds it in between."""
+a torchvision-layout weights file; the video pass embeds every n-th frame and holds it in between, and
+masks frames without a face unless told not to."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,8 +60,9 @@ def test_video_pass_strides_holds_and_crops_faces(embedder, tmp_path):
     video = tmp_path / "clip.avi"
     write_face_video(video, {"mouth_open": np.linspace(0, 1, n), "yaw": np.linspace(-10, 10, n),
                              "face_visible": visible}, fps=15)
-    every = extract_video(video, 15.0, face_cfg={}, cnn_cfg={"frame_stride": 1}, embedder=embedder)
-    strided = extract_video(video, 15.0, cnn_cfg={"frame_stride": 3}, embedder=embedder)["cnn"]
+    keep = {"mask_without_face": False}  # whole frames are embedded with or without a face
+    every = extract_video(video, 15.0, face_cfg={}, cnn_cfg={"frame_stride": 1, **keep}, embedder=embedder)
+    strided = extract_video(video, 15.0, cnn_cfg={"frame_stride": 3, **keep}, embedder=embedder)["cnn"]
     full, info = every["cnn"][0]["features"], every["cnn"][1]
     features = strided[0]["features"]
     assert full.shape == features.shape == (n, 1280) and info["embedded_frames"] == n
@@ -70,6 +72,9 @@ def test_video_pass_strides_holds_and_crops_faces(embedder, tmp_path):
     assert not np.array_equal(full[0], full[1])
     face_mask = every["face"][0]["mask"]  # the same decode fed the face mesh
     assert face_mask[:9].all() and not face_mask[9:].any() and every["cnn"][0]["mask"].all()
+    masked = extract_video(video, 15.0, cnn_cfg={"frame_stride": 3}, embedder=embedder)["cnn"][0]  # the default
+    assert masked["mask"][:9].all() and not masked["mask"][9:].any() and not masked["features"][9:].any()
+    assert np.array_equal(masked["features"][:9], features[:9])
     face_embedder = FrameEmbedder(device="cpu", batch_size=8, crop="face")
     face_crop = extract_video(video, 15.0, cnn_cfg={"frame_stride": 4}, embedder=face_embedder)["cnn"][0]
     # face crops exist where the face is found; the hidden-face frames get mask 0 instead of a whole frame

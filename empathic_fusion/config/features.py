@@ -42,6 +42,9 @@ class FaceConfig:
     backend: str = "mediapipe"              # mediapipe | openface (read <openface_dir>/<session_id>.csv)
     min_detection_confidence: float = 0.5
     min_tracking_confidence: float = 0.5
+    # faces the mesh looks for; the participant's is followed by position (features/face_mesh.py), and frames
+    # with more than one face are counted and reported. 1 notices no second face and may switch to it
+    max_faces: int = 2
     openface_dir: Optional[str] = None
     openface_min_confidence: float = 0.75   # OpenFace rows below it (or success 0) get mask 0
 
@@ -53,6 +56,7 @@ class FaceConfig:
                                          and 0 <= self.min_detection_confidence <= 1, unit),
             "min_tracking_confidence": (finite(self.min_tracking_confidence)
                                         and 0 <= self.min_tracking_confidence <= 1, unit),
+            "max_faces": (self.max_faces >= 1, "an integer >= 1"),
             "openface_min_confidence": (finite(self.openface_min_confidence)
                                         and 0 <= self.openface_min_confidence <= 1, unit)})
 
@@ -65,6 +69,12 @@ class CnnConfig:
     weights_path: Optional[str] = None      # torchvision resnet50 state dict .pth (or other efficientnet-lite0 weights)
     crop: str = "frame"                     # frame (whole frame, the paper's) | face (box around the face mesh)
     frame_stride: int = 1                   # embed every n-th frame and hold it in between (CPU users: 3-5)
+    # mask 0 where the face mesh finds no participant face (an empty chair, a covered lens): the mesh then
+    # runs for the cnn branch too. false embeds such frames (crop=frame), e.g. a participant turned away
+    mask_without_face: bool = True
+    # mask 0 where the frame's grey levels (0-255) have a standard deviation below this: black frames, a
+    # covered lens (a room with a face in it: 40-80). 0 embeds every frame
+    min_frame_std: float = 5.0
     # auto = the batch (and memory layout) the network ran fastest at on this device kind, measured by
     # benchmarks/extract.py (docs/results/extract.md; AUTO_BATCH in features/cnn_frames.py)
     batch_size: Union[int, str] = "auto"
@@ -77,6 +87,7 @@ class CnnConfig:
         require("features.cnn", self, {
             "crop": (self.crop in CNN_CROPS, one_of(CNN_CROPS)),
             "frame_stride": (self.frame_stride >= 1, "an integer >= 1"),
+            "min_frame_std": (finite(self.min_frame_std) and self.min_frame_std >= 0, "a number >= 0"),
             "batch_size": (self.batch_size == "auto" or (isinstance(self.batch_size, int)
                                                          and not isinstance(self.batch_size, bool)
                                                          and self.batch_size >= 1), "auto or an integer >= 1"),

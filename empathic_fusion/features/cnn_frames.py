@@ -15,6 +15,11 @@ CNN then also sees posture, hands and background, and it does not depend on the 
 frames where the face is lost still get an embedding. `face` embeds a square box 1.5x the face
 mesh's landmark extent (frames without a face get mask 0), which puts every pixel on the face when
 the camera is far away.
+
+Masked frames (mask 0, zeros; video_pass.py): with `mask_without_face` (default), frames where the face
+mesh finds no participant face, so a camera pointed at an empty chair or a covered lens is not used as
+video; and frames whose image is near-constant (grey-level standard deviation below `min_frame_std`:
+black frames, a covered lens), whatever the crop.
 """
 from __future__ import annotations
 
@@ -81,6 +86,15 @@ def resize_frame(image_bgr: np.ndarray) -> np.ndarray:
     if image_bgr.shape[:2] == (INPUT_SIZE, INPUT_SIZE):
         return image_bgr
     return cv2.resize(image_bgr, (INPUT_SIZE, INPUT_SIZE), interpolation=cv2.INTER_AREA)
+
+
+def grey_std(image_bgr: np.ndarray) -> float:
+    """Standard deviation of an image's grey levels (0-255), on every 4th pixel each way (cheap beside the
+    networks): about 0 for a black frame or a covered lens, 40-80 for a room with a face in it."""
+    import cv2
+
+    grey = cv2.cvtColor(np.ascontiguousarray(image_bgr[::4, ::4]), cv2.COLOR_BGR2GRAY)
+    return float(cv2.meanStdDev(grey)[1][0, 0])
 
 
 class _EfficientNetBackbone:

@@ -46,16 +46,20 @@ from empathic_fusion.utils.run_output import native_logs_filtered
 
 log = logging.getLogger(__name__)
 
-FACE_VERSION = "1"
+# 2: frames placed by their container timestamps always (PyAV; variable-rate video was placed by index /
+# average fps once 5 s off); up to face.max_faces faces found and the participant's followed by position
+FACE_VERSION = "2"
 OPENFACE_VERSION = "1"
-CNN_VERSION = "2"  # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear)
+# 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear). 3: frames placed as in face
+# version 2; frames without the participant's face (cnn.mask_without_face) or near-constant (cnn.min_frame_std) masked
+CNN_VERSION = "3"
 AUDIO_VERSION = "3"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
 # signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo up to 1.4x); mono input is unchanged
 TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
 # overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
 # (the stories share this version: they are re-embedded, unchanged)
 GLOVE_VERSION = "2"  # 2: frames where overlapping utterances' words meet show their mean, not the later word
-TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence")
+TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence", "max_faces")  # features.face's mesh settings
 
 
 @dataclass
@@ -111,16 +115,18 @@ def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, ope
             "config": {"fps": fps, **{k: cfg[k] for k in TRACKER_KEYS}}, "inputs": {"video": store.file_hash(video)}}
 
 
-def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict) -> dict:
+def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, face_cfg: dict) -> dict:
     from empathic_fusion.features.cnn_frames import cnn_identity
 
     # device and batch size change speed, not what is computed. `precision: auto` (fp32 on a CPU, fp16 on a
     # GPU, as since version 1) stays out so the signature does not depend on the machine that checks it; a
     # chosen bf16 or fp16 computes other numbers (bf16's cosine to fp32: docs/results/extract.md) and goes
-    # in, so such a store is never read as fp32. fp32 signatures keep the version-1 layout.
-    config = {"fps": fps, "crop": cfg["crop"], "frame_stride": int(cfg["frame_stride"])}
-    if cfg["crop"] == "face":
-        config.update({k: cfg.get(k) for k in TRACKER_KEYS})
+    # in, so such a store is never read as fp32. The face mesh's settings (features.face) go in when the
+    # mesh decides which frames are embedded (a face crop, or masking frames without a face).
+    config = {"fps": fps, "crop": cfg["crop"], "frame_stride": int(cfg["frame_stride"]),
+              "mask_without_face": bool(cfg["mask_without_face"]), "min_frame_std": float(cfg["min_frame_std"])}
+    if cfg["crop"] == "face" or cfg["mask_without_face"]:
+        config.update({k: face_cfg[k] for k in TRACKER_KEYS})
     if cfg.get("precision", "auto") not in ("auto", "fp32"):
         config["precision"] = cfg["precision"]
     return {"extractor": "cnn_frames", "version": f"{CNN_VERSION}/{cnn_identity(cfg['model'], cfg['weights_path'])}",
@@ -192,7 +198,8 @@ def _text_identity(cfg: dict, text_identity: str | None) -> str:
 SIGNATURES: dict[str, Callable[[FeatureStore, EmpathyDataset, str, dict, str | None], dict]] = {
     "face": lambda store, ds, sid, cfg, _: _face_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["face"],
                                                           _openface_csv(cfg, sid)),
-    "cnn": lambda store, ds, sid, cfg, _: _cnn_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["cnn"]),
+    "cnn": lambda store, ds, sid, cfg, _: _cnn_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["cnn"],
+                                                        cfg["face"]),
     "audio": lambda store, ds, sid, cfg, _: _audio_signature(
         store, ds.sessions.loc[sid].audio or ds.sessions.loc[sid].video, ds.fps, cfg["audio"]),
     "text": lambda store, ds, sid, cfg, identity: _text_signature(
@@ -242,12 +249,12 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
         cnn_cfg = None
         if "cnn" in video_branches:
             cnn_cfg = {k: job["cnn_cfg"][k] for k in ("model", "weights_path", "crop", "frame_stride", "batch_size",
-                                                       "device", "precision")}
+                                                       "device", "precision", "mask_without_face", "min_frame_std")}
         try:
             with native_logs_filtered():  # MediaPipe/TFLite write C++ log lines straight to stderr
                 results.update(extract_video(Path(job["video"]), job["fps"],
                                              face_cfg=tracker if "face" in video_branches else None,
-                                             cnn_cfg=cnn_cfg))
+                                             cnn_cfg=cnn_cfg, tracker_cfg=tracker))
         except Exception as error:  # noqa: BLE001
             for branch in video_branches:
                 fail(branch, error)

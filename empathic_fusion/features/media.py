@@ -1,12 +1,12 @@
 """Reading media: video frames resampled onto the dataset's frame clock, audio as 16 kHz mono."""
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-import cv2
 import numpy as np
 
 from empathic_fusion.core.errors import UserError
@@ -18,68 +18,203 @@ class MediaError(UserError, RuntimeError):
 
 @dataclass(frozen=True)
 class VideoInfo:
-    fps: float
+    fps: float  # average frame rate (frames / duration); variable-rate video has no other single rate
     declared_frames: int  # from the container header; 0 when unknown
     width: int
     height: int
+    duration: float = 0.0  # seconds: the longer of the stream's and frames / fps (else the container's); 0: unknown
 
     def frames_at(self, target_fps: float) -> int:
         """Number of frames on the dataset clock covering the declared duration."""
-        if self.declared_frames <= 0 or self.fps <= 0:
-            return 0
-        return int(math.floor(self.declared_frames / self.fps * target_fps + 1e-6))
+        seconds = self.duration
+        if seconds <= 0 and self.declared_frames > 0 and self.fps > 0:
+            seconds = self.declared_frames / self.fps
+        return int(math.floor(seconds * target_fps + 1e-6)) if seconds > 0 else 0
+
+
+# Frames held back to put frames a decoder gives out of timestamp order back in order (a stream without
+# reorder information: FFmpeg's "Increasing reorder buffer"). Decoders give presentation order otherwise.
+REORDER_FRAMES = 8
+# A frame shown longer than this (a gap in the timestamps: a recorder that stalled or dropped frames) is
+# held across the gap, as a player shows it, and the gap is reported.
+GAP_SECONDS = 1.0
+
+
+def _open_video(path: Path):
+    """(PyAV container, its video stream: the first that is not a cover picture or thumbnails); MediaError
+    naming the file when it has none."""
+    import av
+    from av.stream import Disposition
+
+    try:
+        container = av.open(str(path))
+    except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
+        raise MediaError(f"cannot open video {path}: {error}") from error
+    stills = Disposition.attached_pic | Disposition.timed_thumbnails
+    streams = [s for s in container.streams.video if not s.disposition & stills]
+    if not streams:
+        container.close()
+        raise MediaError(f"cannot open video {path}: it has no video stream")
+    return container, streams[0]
+
+
+def _video_info(path: Path, container, stream) -> VideoInfo:
+    frames = max(int(stream.frames or 0), 0)
+    duration = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else 0.0
+    rate = stream.average_rate or stream.guessed_rate
+    if not rate and frames and duration > 0:
+        rate = frames / duration
+    fps = float(rate or 0.0)
+    if fps <= 0:
+        raise MediaError(f"video {path} reports no frame rate")
+    # the longer of the two: a truncated AVI's stream duration is what is left, its header still counts
+    # every frame (the tail is then reported as truncated); for variable-rate video they are equal
+    duration = max(duration, frames / fps)
+    if duration <= 0 and container.duration:  # e.g. Matroska: no per-stream duration or frame count
+        duration = container.duration / 1_000_000  # AV_TIME_BASE
+    context = stream.codec_context
+    return VideoInfo(fps=fps, declared_frames=frames, width=int(context.width), height=int(context.height),
+                     duration=duration)
 
 
 def probe_video(path: Path) -> VideoInfo:
-    capture = cv2.VideoCapture(str(path))
-    try:
-        if not capture.isOpened():
-            raise MediaError(f"cannot open video {path}")
-        info = VideoInfo(fps=float(capture.get(cv2.CAP_PROP_FPS) or 0.0),
-                         declared_frames=max(int(capture.get(cv2.CAP_PROP_FRAME_COUNT) or 0), 0),
-                         width=int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
-                         height=int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
-    finally:
-        capture.release()
-    if info.fps <= 0:
-        raise MediaError(f"video {path} reports no frame rate")
-    return info
+    """Frame rate, declared frames, coded size and duration from the container's header."""
+    container, stream = _open_video(path)
+    with container:
+        return _video_info(path, container, stream)
 
 
-def iter_frames(path: Path, target_fps: float) -> Iterator[tuple[int, int, np.ndarray]]:
+def _decoded_frames(container, stream, problems: dict[str, int]):
+    """The stream's frames in the decoder's output order. An undecodable packet is skipped (counted in
+    problems["undecodable"]); a container that cannot be read further ends the stream (a truncated file)."""
+    import av
+
+    packets = container.demux(stream)
+    while True:
+        try:
+            packet = next(packets)
+        except StopIteration:
+            return
+        except av.error.FFmpegError:  # unreadable from here on: the frames the decoder still holds come out
+            try:
+                yield from stream.codec_context.decode(None)
+            except av.error.FFmpegError:
+                pass
+            return
+        try:
+            frames = packet.decode()  # the last, empty packet flushes the decoder
+        except av.error.FFmpegError:
+            problems["undecodable"] += 1
+            continue
+        yield from frames
+
+
+def _bgr(frame) -> np.ndarray:
+    """A decoded frame as a BGR uint8 image, turned upright by the container's rotation (a phone's
+    portrait video), as OpenCV shows it."""
+    image = frame.to_ndarray(format="bgr24")
+    turns = int(round((frame.rotation or 0) / 90)) % 4  # counter-clockwise, as np.rot90
+    return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
+
+
+class _FramePlacer:
+    """Puts source frames, given in time order, onto the target clock: target i shows the last frame whose
+    time is at or before i * step. A frame is converted to an image once, and only if a target shows it."""
+
+    def __init__(self, step: float):
+        self.step = step
+        self.next_target, self.source, self.time = 0, -1, -math.inf
+        self.frame, self.image = None, None
+        self.gaps: list[tuple[float, float]] = []  # (from, to) seconds of frames shown longer than GAP_SECONDS
+        self.out_of_order = 0
+
+    def place(self, time_s: float, frame) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield the targets the previous frame covers before time_s; then this frame is the previous one."""
+        if time_s <= self.time:
+            self.out_of_order += 1
+            return
+        if self.frame is not None:
+            if time_s - self.time > GAP_SECONDS:
+                self.gaps.append((self.time, time_s))
+            yield from self.hold(time_s)
+        self.source, self.time, self.frame, self.image = self.source + 1, time_s, frame, None
+
+    def hold(self, until_s: float) -> Iterator[tuple[int, int, np.ndarray]]:
+        """Yield the previous frame for every target before until_s."""
+        while self.next_target * self.step < until_s - 1e-9:
+            if self.image is None:
+                self.image = _bgr(self.frame)
+            yield self.next_target, self.source, self.image
+            self.next_target += 1
+
+
+def iter_frames(path: Path, target_fps: float,
+                notes: list[str] | None = None) -> Iterator[tuple[int, int, np.ndarray]]:
     """Yield (target_index, source_index, BGR frame) on the target clock.
 
-    Target frame i shows the last source frame whose presentation time is at or before
-    i / target_fps, so 30 fps input is decimated, slower input is held, and variable-rate input
-    (per-frame timestamps from the container) lands on the right frames; time stays aligned with
-    audio and text. Containers without usable timestamps fall back to index / declared fps.
+    Target frame i shows the last source frame whose presentation time is at or before i / target_fps,
+    so 30 fps input is decimated, slower input is held, and variable-rate input lands where the
+    container's timestamps put it; time stays aligned with audio and text. A frame's time is its
+    presentation timestamp (PyAV; exact, in the stream's time base) from the video stream's start;
+    source_index counts the source frames in presentation order.
+
+    Irregular streams are handled and, when `notes` is given, reported there: frames a decoder gives
+    out of order are put back in order (up to REORDER_FRAMES apart); a frame whose time is at or before
+    one already placed is left out; a frame without a timestamp is placed one frame duration after the
+    frame before it (the codec's duration, else 1 / average rate: the only clock it has); a frame shown
+    longer than GAP_SECONDS is held across the gap; an undecodable packet is skipped. The last frame
+    lasts its own duration.
     """
-    info = probe_video(path)
-    capture = cv2.VideoCapture(str(path))
-    step = 1.0 / target_fps
-    try:
-        source_index, next_target, last_time = 0, 0, -math.inf
-        previous: tuple[int, np.ndarray] | None = None
-        while True:
-            ok, frame = capture.read()
-            if not ok or frame is None:
-                break
-            stamp = capture.get(cv2.CAP_PROP_POS_MSEC) / 1000.0
-            nominal = source_index / info.fps
-            # timestamps must exist and increase; otherwise trust the declared rate
-            time_s = stamp if stamp >= 0 and stamp > last_time and abs(stamp - nominal) < 5.0 else nominal
-            if previous is not None:
-                while next_target * step < time_s - 1e-9:
-                    yield next_target, previous[0], previous[1]
-                    next_target += 1
-            previous, last_time = (source_index, frame), time_s
-            source_index += 1
-        if previous is not None:  # the last frame lasts one source frame period
-            while next_target * step < last_time + 1.0 / info.fps - 1e-9:
-                yield next_target, previous[0], previous[1]
-                next_target += 1
-    finally:
-        capture.release()
+    container, stream = _open_video(path)
+    problems = {"undecodable": 0, "untimed": 0}
+    with container:
+        info = _video_info(path, container, stream)
+        stream.thread_type = "AUTO"  # frame and slice threads, as OpenCV decodes
+        time_base, origin, period = float(stream.time_base), stream.start_time, 1.0 / info.fps
+        placer = _FramePlacer(1.0 / target_fps)
+        pending: list[tuple[float, int, Any]] = []  # heap of (time, decode order, frame)
+        try:
+            next_time = 0.0  # where a frame without a timestamp goes: the frame before it plus its duration
+            for order, frame in enumerate(_decoded_frames(container, stream, problems)):
+                if frame.pts is None:
+                    problems["untimed"] += 1
+                    time_s = next_time
+                else:
+                    origin = frame.pts if origin is None else origin
+                    time_s = (frame.pts - origin) * time_base
+                next_time = time_s + (frame.duration * time_base if frame.duration > 0 else period)
+                heapq.heappush(pending, (time_s, order, frame))
+                if len(pending) > REORDER_FRAMES:
+                    time_s, _, earliest = heapq.heappop(pending)
+                    yield from placer.place(time_s, earliest)
+            while pending:
+                time_s, _, earliest = heapq.heappop(pending)
+                yield from placer.place(time_s, earliest)
+            if placer.frame is not None:  # the last frame lasts its own duration (one average period if unknown)
+                duration = placer.frame.duration * time_base
+                yield from placer.hold(placer.time + (duration if duration > 0 else period))
+        finally:
+            if notes is not None:
+                notes.extend(_decode_notes(problems, placer.gaps, placer.out_of_order, period))
+
+
+def _decode_notes(problems: dict[str, int], gaps: list[tuple[float, float]], out_of_order: int,
+                  period: float) -> list[str]:
+    """Warnings about an irregular video stream, worded `<what>: <numbers>; <what was done>`."""
+    notes = []
+    if gaps:
+        start, end = max(gaps, key=lambda gap: gap[1] - gap[0])
+        notes.append(f"video timestamp gaps: {len(gaps)} longer than {GAP_SECONDS:g} s (longest {end - start:.2f} s, "
+                     f"{start:.2f}-{end:.2f} s); the frame before each gap is held across it")
+    if problems["untimed"]:
+        notes.append(f"video frames without a timestamp: {problems['untimed']}; each is placed one frame duration "
+                     f"(the codec's, else 1 / the average rate of {1 / period:g} fps) after the frame before it")
+    if out_of_order:
+        notes.append(f"video frames out of timestamp order: {out_of_order} with a time at or before a "
+                     f"frame already placed (after reordering up to {REORDER_FRAMES} frames); they are left out")
+    if problems["undecodable"]:
+        notes.append(f"undecodable video packets: {problems['undecodable']}; skipped, the frame before each is held")
+    return notes
 
 
 FULL_SCALE = 0.999  # |sample| at or above this is counted as clipped (at or near full scale)
