@@ -42,6 +42,7 @@ RESULTS_ARGS ?=
 results: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/demo_runs.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fault_injection.py $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/bad_inputs.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/train_throughput.py --device cpu --batch-size 16 --steps 3 --warmup 1 $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/models_vs_mmsa.py --threads 1 --batch-size 16 --steps 4 --warmup 1 $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --rounds 3 --concurrent 4 --concurrent-models tfn $(RESULTS_ARGS)
