@@ -3,7 +3,7 @@ too small stops the run before any work instead of part way through.
 
 The estimate, per session and branch to extract: its frames times the bytes a frame takes, plus the rows
 of the indexed branches and 4 kB per file (the .npy header, the last file-system block):
-- frames: the video's duration (container header) x the dataset's fps for face and cnn, the audio's
+- frames: the video's duration (media.probe_video, as extraction reads it) x the dataset's fps for face and cnn, the audio's
   (the video's when the session has no audio file) for audio, the transcript's last end for text and glove;
 - per frame: face 1451 float16 (MediaPipe) or 253 (OpenFace) + a mask byte; cnn 1280 (EfficientNet-Lite0)
   or 2048 (ResNet50) float16 + a mask byte; audio 65 (ComParE_2016) or 25 (eGeMAPSv02) float32 + mask and
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from empathic_fusion.core.files import format_bytes, free_bytes
 from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreSpaceError
 
 FILE_OVERHEAD = 4096  # per array file: its header and a partly used last block
@@ -30,13 +31,18 @@ INDEX_BYTES = 4 + 1   # an indexed branch's int32 row per frame and its mask byt
 
 
 def media_seconds(path: Path, kind: str) -> float | None:
-    """Duration of a file's first `kind` ("video" or "audio") stream from its container header, else the
-    container's; None when the file cannot be opened or tells none."""
+    """Duration of a file's video (media.probe_video's, the one extraction reads) or first audio stream
+    (its container header, else the container's); None when the file cannot be opened or tells none."""
+    if kind == "video":
+        try:
+            return probe_video(path).duration or None
+        except MediaError:
+            return None
     import av
 
     try:
         with av.open(str(path)) as container:
-            streams = container.streams.video if kind == "video" else container.streams.audio
+            streams = container.streams.audio
             if streams and streams[0].duration and streams[0].time_base:
                 return float(streams[0].duration * streams[0].time_base)
             return container.duration / 1e6 if container.duration else None
