@@ -1,13 +1,14 @@
 """The `evaluation` group: how a checkpoint's test report is made (empathic_fusion/evaluation/report.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 from empathic_fusion.config.checks import ConfigError, finite, one_of, require
 from empathic_fusion.dataset.scale import RatingScale
 
 THRESHOLD_MODES = ("fixed", "validation")
+MISSING_RATES = [round(0.1 * k, 1) for k in range(10)]  # 0, 0.1, ..., 0.9
 
 
 @dataclass
@@ -23,6 +24,10 @@ class EvaluationConfig:
     confidence: float = 0.95
     bootstrap_seed: int = 0
     plots: bool = True             # PNG plots next to the metrics
+    missing_modalities: bool = True  # fusion models: the test split again with modalities removed and frames
+    #                                dropped (test_missing_modalities.csv; empathic_fusion/evaluation/missing_modalities.py)
+    missing_rates: List[float] = field(default_factory=lambda: list(MISSING_RATES))  # fractions of frames
+    #                                dropped, at random and in one block; ascending from 0, each below 1
 
     def __post_init__(self) -> None:
         require("evaluation", self, {
@@ -31,7 +36,15 @@ class EvaluationConfig:
                                  "null (the rating scale's midpoint) or a finite number"),
             "bootstrap": (self.bootstrap >= 0, "an integer >= 0 (participant resamples; 0 = no intervals)"),
             "confidence": (finite(self.confidence) and 0 < self.confidence < 1,
-                           "a number strictly between 0 and 1")})
+                           "a number strictly between 0 and 1"),
+            "missing_rates": (_rates_ok(list(self.missing_rates)),
+                              "ascending fractions of frames in [0, 1), starting at 0 (e.g. [0, 0.25, 0.5])")})
+
+
+def _rates_ok(rates: list) -> bool:
+    """0 first (the reference: nothing missing), then strictly ascending, each below 1."""
+    return (bool(rates) and all(finite(r) for r in rates) and rates[0] == 0 and rates[-1] < 1
+            and all(a < b for a, b in zip(rates, rates[1:])))
 
 
 def threshold_rating_on(scale: RatingScale, threshold_rating: float | None, source: str) -> float:

@@ -51,13 +51,17 @@ class FusionModelConfig:
     optimizer: Dict[str, Any] = MISSING          # conf/optimizer: {_target_, _partial_: true, lr, weight_decay, ...}
     scheduler: Optional[Dict[str, Any]] = None   # conf/scheduler: {_target_, _partial_: true, interval: epoch | step, ...}
     needs: List[str] = field(default_factory=list)  # modalities the model cannot run without (story_similarity: [text])
+    modality_dropout: float = 0.0                # training only: each modality of each window masked as a whole with
+    #                                              this probability, never all of a window's (docs/evaluation.md)
 
     def __post_init__(self) -> None:
         problems = _check_net(self.net) + _optimizer_problems(self.optimizer, self.scheduler)
         try:
             require("model", self, {
                 "head": (self.head in FUSION_HEADS, one_of(FUSION_HEADS)),
-                "needs": (set(self.needs) <= set(MODALITIES), f"a subset of {list(MODALITIES)}")})
+                "needs": (set(self.needs) <= set(MODALITIES), f"a subset of {list(MODALITIES)}"),
+                "modality_dropout": (finite(self.modality_dropout) and 0 <= self.modality_dropout < 1,
+                                     "a probability in [0, 1)")})
         except ConfigError as error:
             problems += error.problems
         if problems:

@@ -30,8 +30,10 @@ import torch.nn.functional as F
 from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
+from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
+from empathic_fusion.evaluation.missing_modalities import missing_modality_report
 from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
@@ -57,12 +59,15 @@ def _mismatch_message(description: dict[str, Any], problems: list[str]) -> str:
 @register_model("fusion")
 class EmpathyModule(EmpathyLightningModule):
     """`net` and `head` from the model config; modalities and input dims from the datamodule
-    (`data_info`: EmpathyDataModule.fitted_state()); `needs`: modalities the net cannot run without."""
+    (`data_info`: EmpathyDataModule.fitted_state()); `needs`: modalities the net cannot run without;
+    `modality_dropout`: training-time probability of masking a whole modality of a window
+    (datamodules/missing.py), drawn from the module's own generator, seeded from torch's seed at fit."""
 
     collected_keys = ("pred", "target", "rating")
 
     def __init__(self, net: dict[str, Any], head: str, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
-                 data_info: dict[str, Any], run_config: dict[str, Any], needs: list[str] | None = None):
+                 data_info: dict[str, Any], run_config: dict[str, Any], needs: list[str] | None = None,
+                 modality_dropout: float = 0.0):
         super().__init__(optimizer, scheduler, data_info, run_config)
         self.save_hyperparameters()
         self.modalities = list(data_info["modalities"])
@@ -80,6 +85,11 @@ class EmpathyModule(EmpathyLightningModule):
         self.rating_scale = recorded_scale(data_info)  # the training data's; 1-5 in checkpoints that predate it
         self.threshold = float(self.rating_scale.to_target(self.threshold_rating(run_config["evaluation"])))
         self.normalization: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.modality_dropout = float(modality_dropout) if len(self.modalities) > 1 else 0.0
+        if modality_dropout and len(self.modalities) < 2:
+            warnings.warn(f"model.modality_dropout={modality_dropout} with the one modality {self.modalities}: "
+                          "nothing can be dropped, training without modality dropout", stacklevel=2)
+        self.dropout_generator: torch.Generator | None = None
 
     def threshold_rating(self, evaluation: dict[str, Any]) -> float:
         """The Acc/F1 threshold of `evaluation` settings as a rating on the training data's scale (its
@@ -166,7 +176,15 @@ class EmpathyModule(EmpathyLightningModule):
                                    "fit with a datamodule that has it")
             fit(mean)
 
+    def on_train_start(self) -> None:
+        if self.modality_dropout:  # its own stream: the global one (shuffling, dropout) draws as without it
+            self.dropout_generator = torch.Generator().manual_seed(torch.initial_seed() + self.global_rank)
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if self.modality_dropout and self.training:
+            if self.dropout_generator is None:  # a step outside trainer.fit
+                self.on_train_start()
+            batch = modality_dropout(batch, self.modalities, self.modality_dropout, self.dropout_generator)
         loss = self._step(batch, "train")
         return loss if loss.requires_grad else None  # None: nothing to train, Lightning skips the step
 
@@ -230,6 +248,11 @@ class EmpathyModule(EmpathyLightningModule):
         ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
         summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
                    "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
+        if config["missing_modalities"]:  # the test split again with modalities removed and frames dropped
+            missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
+                                              loggers)
+            summary["missing_modalities"] = missing["summary"]
+            ci_table = "\n\n".join(part for part in (ci_table, missing["table"]) if part)
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
                    f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")
