@@ -41,6 +41,7 @@ MPNET_DIR ?= data/models/all-mpnet-base-v2
 RESULTS_ARGS ?=
 results: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/demo_runs.py $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/modality_dropout.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/fault_injection.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/bad_inputs.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/train_throughput.py --device cpu --batch-size 16 --steps 3 --warmup 1 $(RESULTS_ARGS)
