@@ -7,6 +7,7 @@ import functools
 import json
 import math
 
+import lightning as L
 import pandas as pd
 import pytest
 import torch
@@ -101,6 +102,20 @@ def test_the_module_drops_in_training_steps_only_and_not_at_p_zero():
     model.log = lambda *args, **kwargs: None
     model.validation_step(batch, 0)
     assert all(seen[m] is batch[m] for m in ALL)
+
+
+def test_dropout_draws_repeat_under_seed_everything_and_leave_the_global_stream_alone():
+    def masks(seed: int) -> list[torch.Tensor]:
+        model = _module(0.5)
+        L.seed_everything(seed)
+        seen = _seen_by_step(model, _batch(n=32))
+        after = torch.rand(1)  # the global stream draws as if no dropout had been drawn
+        L.seed_everything(seed)
+        return [seen[m]["mask"] for m in ALL] + [after == torch.rand(1)]
+
+    first, again, other = masks(3), masks(3), masks(4)
+    assert all(torch.equal(a, b) for a, b in zip(first, again)) and first[-1].all()
+    assert not all(torch.equal(a, b) for a, b in zip(first[:-1], other[:-1]))
 
 
 def test_dropout_with_one_modality_warns_and_does_nothing():
