@@ -3,7 +3,7 @@
 `model.modality_dropout`, over seeds, and each run's missing-modality report read back.
 
     OMP_NUM_THREADS=1 python benchmarks/modality_dropout.py                      # docs/results/modality_dropout.md
-    OMP_NUM_THREADS=1 python benchmarks/modality_dropout.py --dropout 0,0.5 --seeds 0,1,2,3,4
+    OMP_NUM_THREADS=1 python benchmarks/modality_dropout.py --dropout 0,0.5 --seeds 0,1,2,3,4   # other settings
 
 Each run (`python train.py experiment=demo model.modality_dropout=P seed=N`, its own process) tests its best
 validation checkpoint and writes test_metrics.json, whose "missing_modalities" summary holds r with nothing
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from results import Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, write_results  # noqa: E402
 
-DEFAULT_DROPOUT = (0.0, 0.3)
+DEFAULT_DROPOUT = (0.0, 0.1, 0.3)
 DEFAULT_SEEDS = (0, 1, 2)
 RECIPE = ["experiment=demo"]
 FINISHED = "modality_dropout_run.json"  # written into a run folder when its run finished (to resume)
