@@ -1,8 +1,8 @@
 """The `evaluation` group: how a checkpoint's test report is made (empathic_fusion/evaluation/report.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 from empathic_fusion.config.checks import ConfigError, finite, one_of, require
 from empathic_fusion.dataset.scale import RatingScale
@@ -23,6 +23,10 @@ class EvaluationConfig:
     confidence: float = 0.95
     bootstrap_seed: int = 0
     plots: bool = True             # PNG plots next to the metrics
+    groups: List[str] = field(default_factory=list)  # attributes to report results per group of (participants.csv
+    #                                columns; a text table's columns); empty: no group report (evaluation/groups.py)
+    min_group_size: int = 5        # participants a reported group needs; smaller groups are pooled
+    group_bins: int = 3            # a numeric attribute with more distinct values is cut into this many quantile bins
 
     def __post_init__(self) -> None:
         require("evaluation", self, {
@@ -31,7 +35,11 @@ class EvaluationConfig:
                                  "null (the rating scale's midpoint) or a finite number"),
             "bootstrap": (self.bootstrap >= 0, "an integer >= 0 (participant resamples; 0 = no intervals)"),
             "confidence": (finite(self.confidence) and 0 < self.confidence < 1,
-                           "a number strictly between 0 and 1")})
+                           "a number strictly between 0 and 1"),
+            "groups": (all(isinstance(g, str) and g.strip() for g in self.groups)
+                       and len(set(self.groups)) == len(self.groups), "a list of distinct, non-empty attribute names"),
+            "min_group_size": (self.min_group_size >= 1, "an integer >= 1 (participants per reported group)"),
+            "group_bins": (self.group_bins >= 2, "an integer >= 2 (quantile bins of a numeric attribute)")})
 
 
 def threshold_rating_on(scale: RatingScale, threshold_rating: float | None, source: str) -> float:
