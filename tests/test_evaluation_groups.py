@@ -99,6 +99,7 @@ def test_small_groups_are_absent_from_every_output(tmp_path):
     # the pool of 2 took in big1 (the smallest reported group, first of two of 4)
     assert list(written.group.fillna("")) == ["big2", "other (pooled: 2 groups)", ""]
     assert written.note.iloc[-1].startswith("not broken down")
+    assert (tmp_path / "test_groups.csv").read_text().splitlines()[1].startswith("group,big2,4,16,")
     assert summary["attributes"]["single"]["groups"] == []
 
 

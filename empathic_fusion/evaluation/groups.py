@@ -201,7 +201,8 @@ def group_results(table: pd.DataFrame, attributes: list[str], evaluation: dict[s
                          **{f"{m}{suffix}": group[m][key] for m in GROUP_METRICS
                             for suffix, key in (("", "estimate"), ("_low", "low"), ("_high", "high"))}})
     out_dir.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows).to_csv(out_dir / "test_groups.csv", index=False)
+    counts = {c: "Int64" for c in ("n_participants", "n_ratings") if any(c in row for row in rows)}
+    pd.DataFrame(rows).astype(counts).to_csv(out_dir / "test_groups.csv", index=False)  # counts stay integers
     logged = {}
     for attribute, result in breakdown.items():
         logged[f"test/groups/{attribute}/n_groups"] = float(len(result["groups"]))
