@@ -12,7 +12,7 @@ from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.config.evaluation import EvaluationConfig
 from empathic_fusion.dataset import load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT
-from empathic_fusion.evaluation.groups import attribute_breakdown, group_labels, group_results
+from empathic_fusion.evaluation.groups import attribute_breakdown, check_attributes, group_labels, group_results
 from empathic_fusion.pipeline import train
 from empathic_fusion.utils.compose import compose_config
 
@@ -50,7 +50,7 @@ def _direct(table: pd.DataFrame, members: dict[str, list[str]], n_boot: int, con
 
 def test_group_cis_and_gap_match_a_direct_participant_bootstrap():
     table = _table({"a": 4, "b": 5})
-    result = attribute_breakdown(table, "group", 3, 3, 60, 0.9, 7, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 60, 0.9, 7, SELF_REPORT.to_target)
     members = {g: sorted(table.participant_id[table.group == g].unique()) for g in ("a", "b")}
     (bounds, draws) = _direct(table, members, 60, 0.9, 7)
     by_label = {g["group"]: g for g in result["groups"]}
@@ -73,17 +73,17 @@ def test_group_cis_and_gap_match_a_direct_participant_bootstrap():
 
 def test_small_groups_are_pooled_and_never_reported_alone():
     table = _table({"big1": 4, "big2": 3, "tiny1": 2, "tiny2": 1})  # pool of 3: reported as one group
-    result = attribute_breakdown(table, "group", 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
     assert [g["group"] for g in result["groups"]] == ["big1", "big2", "other (pooled: 2 groups)"]
     assert result["groups"][2]["n_participants"] == 3 and result["groups"][2]["n_ratings"] == 12
 
     table = _table({"big1": 5, "big2": 3, "tiny": 1})  # pool of 1 takes in the smallest reported group (big2)
-    result = attribute_breakdown(table, "group", 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
     assert [g["group"] for g in result["groups"]] == ["big1", "other (pooled: 2 groups)"]
     assert result["groups"][1]["n_participants"] == 4
 
     table = _table({"big": 4, "tiny1": 1, "tiny2": 1})  # everything pooled into one group: not broken down
-    result = attribute_breakdown(table, "group", 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
     assert not result["broken_down"] and result["groups"] == [] and result["gaps"] == {}
     assert result["note"] == "not broken down: fewer than two groups of at least 3 participants"
 
@@ -91,8 +91,9 @@ def test_small_groups_are_pooled_and_never_reported_alone():
 def test_small_groups_are_absent_from_every_output(tmp_path):
     table = _table({"big1": 4, "big2": 4, "rare": 2})
     table["single"] = "x"  # one group only
-    summary, markdown = group_results(table, ["group", "single"], SETTINGS, SELF_REPORT.to_target, tmp_path,
-                                      "the cosine scale")
+    logger = _Logger()
+    summary, markdown = group_results(table, table[["group", "single"]], SETTINGS, SELF_REPORT.to_target, tmp_path,
+                                      "the cosine scale", [logger])
     written = pd.read_csv(tmp_path / "test_groups.csv")
     text = json.dumps(summary) + markdown + written.to_csv()
     assert "rare" not in text
@@ -101,28 +102,44 @@ def test_small_groups_are_absent_from_every_output(tmp_path):
     assert written.note.iloc[-1].startswith("not broken down")
     assert (tmp_path / "test_groups.csv").read_text().splitlines()[1].startswith("group,big2,4,16,")
     assert summary["attributes"]["single"]["groups"] == []
+    gap = summary["attributes"]["group"]["gaps"]
+    assert logger.logged == [{"test/groups/group/n_groups": 2.0, "test/groups/group/r_gap": gap["pearson"]["estimate"],
+                              "test/groups/group/mse_gap": gap["mse"]["estimate"],
+                              "test/groups/single/n_groups": 0.0}]  # aggregates only: no labels, no ids
+
+
+class _Logger:
+    """What a Lightning logger's log_metrics receives."""
+
+    def __init__(self):
+        self.logged = []
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        self.logged.append(dict(metrics))
 
 
 def test_numeric_attribute_is_cut_into_quantile_bins_of_participants_and_missing_is_counted():
     table = pd.DataFrame({"participant_id": [f"p{i}" for i in range(7) for _ in range(2)],
                           "age": [a for a in (20, 25, 30, 41, 50, 60, None) for _ in range(2)]})
-    labels, order, kind = group_labels(table, "age", 2)
+    labels, order, kind = group_labels(table, table["age"], 2)
     assert kind == "2 quantile bins" and order == ["[20, 35.5]", "(35.5, 60]"]  # the median of 6 participants
     assert list(labels[:6]) == ["[20, 35.5]"] * 6 and labels.isna().sum() == 2
-    labels, order, kind = group_labels(table, "age", 6)  # no more values than bins: each value is a group
+    labels, order, kind = group_labels(table, table["age"], 6)  # no more values than bins: each value is a group
     assert kind == "values" and order == ["20", "25", "30", "41", "50", "60"]
     table["gender"] = ["f", "f", "m", "m", None, None] + ["f"] * 8  # text: its values
-    labels, order, _ = group_labels(table, "gender", 2)
+    labels, order, _ = group_labels(table, table["gender"], 2)
     assert order == ["f", "m"] and labels.isna().sum() == 2
     rated = table.assign(rated=np.tile([2.0, 4.0], 7), predicted=np.tile([2.5, 3.5], 7))
-    result = attribute_breakdown(rated, "age", 3, 2, 0, 0.9, 0, None)
+    result = attribute_breakdown(rated, rated["age"], 3, 2, 0, 0.9, 0, None)
     assert result["missing"] == {"participants": 1, "ratings": 2}
     assert [g["n_participants"] for g in result["groups"]] == [3, 3]
 
 
-def test_unknown_attribute_and_bad_settings_are_config_errors(tmp_path):
-    with pytest.raises(ConfigError, match=r"\['gender'\] not among.*available: \['participant_id'"):
-        group_results(_table({"a": 3}), ["gender"], SETTINGS, None, tmp_path, "the labels' scale")
+def test_unknown_attribute_and_bad_settings_are_config_errors():
+    with pytest.raises(ConfigError, match=r"\['gender'\] not among the attributes of participants.csv; "
+                                          r"available: \['age', 'trait_empathy'\]"):
+        check_attributes(["trait_empathy", "gender"], ["age", "trait_empathy"], "participants.csv")
+    check_attributes([], [], "participants.csv")
     assert EvaluationConfig().groups == [] and EvaluationConfig().min_group_size == 5
     assert EvaluationConfig().group_bins == 3
     for bad in ({"min_group_size": 0}, {"group_bins": 1}, {"groups": ["a", "a"]}, {"groups": [""]}):

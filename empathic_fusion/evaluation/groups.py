@@ -43,11 +43,10 @@ def _numeric(values: pd.Series) -> pd.Series | None:
     return numbers if numbers.notna().sum() == values.notna().sum() else None
 
 
-def group_labels(table: pd.DataFrame, attribute: str, bins: int) -> tuple[pd.Series, list[str], str]:
-    """Each row's group label (NaN where the attribute is missing), the labels in order, and how they
-    were made. Quantile edges come from one value per participant, so a participant with many rows
-    weighs like one with few."""
-    values = table[attribute]
+def group_labels(table: pd.DataFrame, values: pd.Series, bins: int) -> tuple[pd.Series, list[str], str]:
+    """Each row's group label from its attribute `values` (NaN where missing), the labels in order, and
+    how they were made. Quantile edges come from one value per participant, so a participant with many
+    rows weighs like one with few."""
     numbers = _numeric(values)
     present = values.notna()
     if numbers is not None and numbers[present].nunique() > bins:
@@ -94,10 +93,11 @@ def _interval(draws: np.ndarray, estimate: float, confidence: float) -> dict[str
     return {"estimate": estimate, "low": float(low), "high": float(high)}
 
 
-def attribute_breakdown(table: pd.DataFrame, attribute: str, min_size: int, bins: int, n_boot: int,
+def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, bins: int, n_boot: int,
                         confidence: float, seed: int, to_target: Scale) -> dict[str, Any]:
-    """Groups of one attribute: participants, ratings, r and MSE with CIs, and the largest gaps."""
-    labels, order, kind = group_labels(table, attribute, bins)
+    """Groups of one attribute (its `values` per row of `table`): participants, ratings, r and MSE with
+    CIs, and the largest gaps."""
+    labels, order, kind = group_labels(table, values, bins)
     missing = labels.isna()
     members = {g: set(table.loc[labels == g, "participant_id"]) for g in order}
     mapping = pool_small(members, order, min_size)
@@ -179,18 +179,21 @@ def format_groups(breakdown: dict[str, dict[str, Any]], confidence: float, min_s
             f"Largest gap between two groups (the first minus the second, CI from the same resamples):\n\n{gap_table}")
 
 
-def group_results(table: pd.DataFrame, attributes: list[str], evaluation: dict[str, Any], to_target: Scale,
+def group_results(table: pd.DataFrame, attributes: pd.DataFrame, evaluation: dict[str, Any], to_target: Scale,
                   out_dir: Path, scale_name: str, loggers=()) -> tuple[dict[str, Any], str]:
-    """The group report of `table` (participant_id, predicted, rated and the attribute columns): writes
+    """The group report of `table` (participant_id, predicted, rated) by each column of `attributes` (the
+    attributes of its rows, same index; "" without columns): writes
     test_groups.csv, logs per attribute the number of groups and the largest gaps (aggregates only),
     and returns (the "groups" entry of test_metrics.json, its markdown table; "" without attributes)."""
-    if not attributes:
+    if not len(attributes.columns):
         return {}, ""
     _check(table)
-    check_attributes(attributes, list(table.columns), "the evaluated table")
+    if not attributes.index.equals(table.index):
+        raise ValueError("the attributes' rows are not the table's rows")
     min_size, confidence = int(evaluation["min_group_size"]), float(evaluation["confidence"])
-    breakdown = {a: attribute_breakdown(table, a, min_size, int(evaluation["group_bins"]), int(evaluation["bootstrap"]),
-                                        confidence, int(evaluation["bootstrap_seed"]), to_target) for a in attributes}
+    breakdown = {a: attribute_breakdown(table, attributes[a], min_size, int(evaluation["group_bins"]), int(evaluation["bootstrap"]),
+                                        confidence, int(evaluation["bootstrap_seed"]), to_target)
+                 for a in attributes.columns}
     rows = []
     for attribute, result in breakdown.items():
         if not result["broken_down"]:

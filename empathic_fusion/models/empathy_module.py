@@ -244,9 +244,9 @@ class EmpathyModule(EmpathyLightningModule):
                    "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
         if config["groups"]:
             rated = prediction_tables(predictions, datamodule.ratings, scale)["rating"]
-            summary["groups"], group_table = group_results(
-                rated.join(datamodule.dataset.participants[config["groups"]], on="participant_id"), config["groups"], config, scale.to_target,
-                out_dir, "the cosine scale", loggers)
+            attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
+            summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
+                                                           scale.to_target, out_dir, "the cosine scale", loggers)
             ci_table = "\n\n".join(filter(None, (ci_table, group_table)))
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "

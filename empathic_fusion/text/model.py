@@ -29,7 +29,6 @@ from typing import Any
 import hydra
 import lightning as L
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
@@ -379,10 +378,10 @@ class TextEmpathyModule(EmpathyLightningModule):
                   for m, v in res["rating"].items()}
         notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
         if config["groups"]:
-            attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].reset_index(drop=True)
+            attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
             summary["groups"], group_table = group_results(
-                pd.concat([frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
-                           attributes], axis=1), config["groups"], config, None, out_dir, "the labels' scale", loggers)
+                frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]), attributes,
+                config, None, out_dir, "the labels' scale", loggers)
             notes = "\n\n".join(filter(None, (notes, group_table)))
         write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
                           notes=notes, loggers=loggers, logged=logged)
