@@ -12,7 +12,8 @@ THRESHOLD_MODES = ("fixed", "validation")
 
 @dataclass
 class EvaluationConfig:
-    """Acc/F1 threshold, participant-bootstrap confidence intervals and plots of the test report."""
+    """Acc/F1 threshold, participant-bootstrap confidence intervals, plots and results per participant group
+    of the test report."""
 
     threshold: str = "fixed"       # fixed: threshold_rating; validation: the prediction cutoff maximising F1 on the
     #                                validation split (never on test)

@@ -113,9 +113,9 @@ def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, b
     participants = sorted(table["participant_id"].unique())
     pred = _on_scale(table["predicted"].to_numpy(float), to_target)
     true = _on_scale(table["rated"].to_numpy(float), to_target)
-    ids = table["participant_id"].to_numpy()
+    ids, group_of = table["participant_id"].to_numpy(), final.to_numpy()
     # rows of each (group, participant): a resample concatenates them per group
-    parts = {g: [np.flatnonzero((final.to_numpy() == g) & (ids == p)) for p in participants] for g in reported}
+    parts = {g: [np.flatnonzero((group_of == g) & (ids == p)) for p in participants] for g in reported}
     estimates = {g: metric_values(pred[np.concatenate(parts[g])], true[np.concatenate(parts[g])]) for g in reported}
     draws = {g: np.full((max(n_boot, 0), len(GROUP_METRICS)), np.nan) for g in reported}
     if n_boot > 0 and len(participants) >= 2:
