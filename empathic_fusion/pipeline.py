@@ -57,6 +57,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     datamodule.prepare_data()
     datamodule.setup("fit")
     model = build_model(cfg, datamodule.fitted_state())
+    if cfg.test:
+        model.check_groups(datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
     loggers = _instantiate_all(cfg.logger)
     callbacks = _instantiate_all(cfg.callbacks) + list(extra_callbacks or [])
     trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

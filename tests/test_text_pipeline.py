@@ -36,7 +36,8 @@ def run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("text_run")
     make_text_table(54, 4, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
-    cfg = compose_config(_overrides(root, "model.robustness.n_texts=12"), root / "out")
+    cfg = compose_config(_overrides(root, "model.robustness.n_texts=12", "evaluation.groups=[gender,empathic_concern]"),
+                         root / "out")
     return train(cfg), root / "out", root
 
 
@@ -50,6 +51,23 @@ def test_one_fold_beats_trivial_baselines_in_the_fusion_format(run):
     predictions = pd.read_csv(out / "test_predictions.csv")
     assert predictions.participant_id.str.startswith("w").all() and set(predictions.fold) == {0}
     assert (out / "csv").is_dir() and "TF-IDF + ridge" in (out / "test_metrics.md").read_text()
+
+
+def test_results_per_group_of_a_text_table_column(run):
+    _, out, root = run
+    table = pd.read_csv(root / "table.csv")
+    predictions = pd.read_csv(out / "test_predictions.csv")
+    groups = pd.read_csv(out / "test_groups.csv")
+    gender = groups[groups.attribute == "gender"]
+    rows = table.iloc[predictions.row_index]
+    assert len(gender) >= 2 and gender.n_ratings.sum() == len(rows) and (gender.n_participants >= 5).all()
+    for group in gender.itertuples():  # a value's group: its rows' writers; else the pool of the small ones
+        if group.group in set(rows.gender):
+            assert group.n_participants == predictions.participant_id[rows.gender.to_numpy() == group.group].nunique()
+        else:
+            assert group.group.startswith("other (pooled: ")
+    saved = json.loads((out / "test_metrics.json").read_text())["groups"]["attributes"]
+    assert saved["empathic_concern"]["kind"] == "3 quantile bins" and "Per group" in (out / "test_metrics.md").read_text()
 
 
 def test_checkpoint_describes_itself_and_scores_new_text_with_the_persona(run):

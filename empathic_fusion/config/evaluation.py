@@ -13,7 +13,8 @@ MISSING_RATES = [round(0.1 * k, 1) for k in range(10)]  # 0, 0.1, ..., 0.9
 
 @dataclass
 class EvaluationConfig:
-    """Acc/F1 threshold, participant-bootstrap confidence intervals and plots of the test report."""
+    """Acc/F1 threshold, participant-bootstrap confidence intervals, plots and results per participant group
+    of the test report."""
 
     threshold: str = "fixed"       # fixed: threshold_rating; validation: the prediction cutoff maximising F1 on the
     #                                validation split (never on test)
@@ -28,6 +29,10 @@ class EvaluationConfig:
     #                                dropped (test_missing_modalities.csv; empathic_fusion/evaluation/missing_modalities.py)
     missing_rates: List[float] = field(default_factory=lambda: list(MISSING_RATES))  # fractions of frames
     #                                dropped, at random and in one block; ascending from 0, each below 1
+    groups: List[str] = field(default_factory=list)  # attributes to report results per group of (participants.csv
+    #                                columns; a text table's columns); empty: no group report (evaluation/groups.py)
+    min_group_size: int = 5        # participants a reported group needs; smaller groups are pooled
+    group_bins: int = 3            # a numeric attribute with more distinct values is cut into this many quantile bins
 
     def __post_init__(self) -> None:
         require("evaluation", self, {
@@ -38,7 +43,11 @@ class EvaluationConfig:
             "confidence": (finite(self.confidence) and 0 < self.confidence < 1,
                            "a number strictly between 0 and 1"),
             "missing_rates": (_rates_ok(list(self.missing_rates)),
-                              "ascending fractions of frames in [0, 1), starting at 0 (e.g. [0, 0.25, 0.5])")})
+                              "ascending fractions of frames in [0, 1), starting at 0 (e.g. [0, 0.25, 0.5])"),
+            "groups": (all(isinstance(g, str) and g.strip() for g in self.groups)
+                       and len(set(self.groups)) == len(self.groups), "a list of distinct, non-empty attribute names"),
+            "min_group_size": (self.min_group_size >= 1, "an integer >= 1 (participants per reported group)"),
+            "group_bins": (self.group_bins >= 2, "an integer >= 2 (quantile bins of a numeric attribute)")})
 
 
 def _rates_ok(rates: list) -> bool:

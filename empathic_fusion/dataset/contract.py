@@ -68,7 +68,7 @@ class EmpathyDataset:
     root: Path
     name: str
     fps: float
-    participants: pd.DataFrame  # index participant_id; TRAIT_COLUMNS (NaN = not surveyed)
+    participants: pd.DataFrame  # index participant_id; TRAIT_COLUMNS (NaN = not surveyed), then other columns as text
     sessions: pd.DataFrame  # index session_id; participant_id, video (Path), audio (Path | None)
     transcripts: dict[str, pd.DataFrame]  # session_id -> utterances sorted by start
     stories: pd.DataFrame  # index story_id; text
@@ -258,7 +258,10 @@ def _load_participants(root: Path, problems: list[Problem]) -> pd.DataFrame:
         table[column] = [
             _number(v, rel, i, column, problems, TRAIT_SCALE, required=False) for i, v in enumerate(table[column])
         ]
-    return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS)]
+    # other columns (gender, age band, ...) are kept as text, "" = missing: attributes for evaluation.groups
+    others = [c for c in table.columns if c != "participant_id" and c not in TRAIT_COLUMNS]
+    table[others] = table[others].replace("", math.nan)
+    return table.drop_duplicates("participant_id").set_index("participant_id")[list(TRAIT_COLUMNS) + others]
 
 
 def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Problem], warnings: list[str],

@@ -28,6 +28,7 @@ from torchmetrics import CatMetric
 
 from empathic_fusion.core.registry import registered_name
 from empathic_fusion.datamodules.protocol import EmpathyData
+from empathic_fusion.evaluation.groups import check_attributes
 from empathic_fusion.utils.loggers import git_commit
 
 STAGES = ("train", "val", "test")
@@ -90,6 +91,16 @@ class EmpathyLightningModule(L.LightningModule):
                loggers: list | tuple = ()) -> dict[str, Any]:
         """Write the test report of the last `trainer.test` (empathic_fusion/evaluation/report.py)."""
         raise NotImplementedError(f"{type(self).__name__} does not define report()")
+
+    def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
+        """The attributes `evaluation.groups` may name for this model's data, and where they come from."""
+        return [], f"{type(self).__name__}'s data"
+
+    def check_groups(self, datamodule: L.LightningDataModule, evaluation: dict[str, Any]) -> None:
+        """An unknown `evaluation.groups` attribute is a ConfigError listing the available ones (before the
+        report's bootstrap, and in train.py before training)."""
+        if evaluation.get("groups"):
+            check_attributes(list(evaluation["groups"]), *self.group_attributes(datamodule))
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
                               split: str, test_csv: str | None = None) -> EmpathyData:

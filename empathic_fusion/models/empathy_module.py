@@ -33,8 +33,16 @@ from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
+from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
+from empathic_fusion.evaluation.report import (
+    build_report,
+    format_ci,
+    predict_split,
+    prediction_tables,
+    settings,
+    write_test_report,
+)
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
@@ -219,6 +227,9 @@ class EmpathyModule(EmpathyLightningModule):
             datamodule.datasets["test"] = datamodule.datasets["val"]
         return datamodule
 
+    def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
+        return list(datamodule.dataset.participants.columns), "participants.csv"
+
     def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
                loggers: list | tuple = ()) -> dict[str, Any]:
         """Per window and per rating, next to the train-mean constant baseline; predictions with
@@ -233,6 +244,7 @@ class EmpathyModule(EmpathyLightningModule):
         threshold_rating = self.threshold_rating(config)
         threshold = float(scale.to_target(threshold_rating))
         predictions = self.test_predictions
+        self.check_groups(datamodule, config)  # before the bootstrap
         val_predictions = predict_split(self, datamodule.val_dataloader()) if config["threshold"] == "validation" else None
         report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
                               val_predictions, loggers, scale=scale)
@@ -248,6 +260,12 @@ class EmpathyModule(EmpathyLightningModule):
         ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
         summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
                    "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
+        if config["groups"]:
+            rated = prediction_tables(predictions, datamodule.ratings, scale)["rating"]
+            attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
+            summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
+                                                           scale.to_target, out_dir, "the cosine scale", loggers)
+            ci_table = "\n\n".join(filter(None, (ci_table, group_table)))
         if config["missing_modalities"]:  # the test split again with modalities removed and frames dropped
             missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
                                               loggers)

@@ -37,6 +37,7 @@ from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.config.data import text_rating_scale
 from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.dataset.scale import RatingScale
+from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
@@ -341,6 +342,9 @@ class TextEmpathyModule(EmpathyLightningModule):
             datamodule.test_rows = datamodule.val_rows
         return datamodule
 
+    def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
+        return list(datamodule.table.columns), "the text table"
+
     def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
                loggers: list | tuple = ()) -> dict[str, Any]:
         """The test fold's report: model and baselines per label (`outputs`) and overall (`model`,
@@ -354,6 +358,7 @@ class TextEmpathyModule(EmpathyLightningModule):
         levels = self.run_config["data"].get("levels")
         threshold_rating = threshold_rating_on(text_rating_scale(levels), config["threshold_rating"],
                                                "data.levels" if levels else "the default 1-5 scale")
+        self.check_groups(datamodule, config)  # before the baselines and the bootstrap
         rows = text_report_rows(self, datamodule, threshold_rating, self.hparams.baselines)
         main, per_output = rows["main"], rows["per_output"]
         baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
@@ -372,6 +377,12 @@ class TextEmpathyModule(EmpathyLightningModule):
         logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
                   for m, v in res["rating"].items()}
         notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
+        if config["groups"]:
+            attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
+            summary["groups"], group_table = group_results(
+                frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]), attributes,
+                config, None, out_dir, "the labels' scale", loggers)
+            notes = "\n\n".join(filter(None, (notes, group_table)))
         write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
                           notes=notes, loggers=loggers, logged=logged)
         robust = robustness_report(TextScorer(self), datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
