@@ -23,6 +23,8 @@ class EvaluationConfig:
     confidence: float = 0.95
     bootstrap_seed: int = 0
     plots: bool = True             # PNG plots next to the metrics
+    interval_coverage: float = 0.9  # nominal coverage of the split-conformal score intervals, calibrated on the
+    #                                validation split (empathic_fusion/evaluation/conformal.py)
 
     def __post_init__(self) -> None:
         require("evaluation", self, {
@@ -31,7 +33,9 @@ class EvaluationConfig:
                                  "null (the rating scale's midpoint) or a finite number"),
             "bootstrap": (self.bootstrap >= 0, "an integer >= 0 (participant resamples; 0 = no intervals)"),
             "confidence": (finite(self.confidence) and 0 < self.confidence < 1,
-                           "a number strictly between 0 and 1")})
+                           "a number strictly between 0 and 1"),
+            "interval_coverage": (finite(self.interval_coverage) and 0 < self.interval_coverage < 1,
+                                  "a number strictly between 0 and 1 (the intervals' nominal coverage)")})
 
 
 def threshold_rating_on(scale: RatingScale, threshold_rating: float | None, source: str) -> float:

@@ -32,6 +32,7 @@ from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
+from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
@@ -215,7 +216,7 @@ class EmpathyModule(EmpathyLightningModule):
         threshold_rating = self.threshold_rating(config)
         threshold = float(scale.to_target(threshold_rating))
         predictions = self.test_predictions
-        val_predictions = predict_split(self, datamodule.val_dataloader()) if config["threshold"] == "validation" else None
+        val_predictions = predict_split(self, datamodule.val_dataloader())  # threshold and interval calibration
         report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
                               val_predictions, loggers, scale=scale)
         results = report["results"]
@@ -228,9 +229,15 @@ class EmpathyModule(EmpathyLightningModule):
                 "constant train mean (per window)": baseline["window"],
                 "constant train mean (per rating)": baseline["rating"]}
         ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
+        datasets = getattr(datamodule, "datasets", {})
+        in_sample = datasets.get("test") is datasets.get("val")  # evaluate.py split=val
+        intervals = fusion_intervals(predictions, val_predictions, scale.to_rating, float(config["interval_coverage"]),
+                                     in_sample)
         summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
-                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
+                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"],
+                   "intervals": intervals}
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
                    f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")
-        return write_test_report(out_dir, heading, rows, summary, notes=ci_table)
+        notes = "\n\n".join(filter(None, [ci_table, format_intervals(intervals)]))
+        return write_test_report(out_dir, heading, rows, summary, notes=notes)
