@@ -119,7 +119,8 @@ class ConformalInterval:
 
     def describe(self) -> str:
         """E.g. "+-0.812 (90% split conformal, 40 calibration items; 88.0% of 50 test items inside)"."""
-        width = "the whole scale (too few calibration items)" if math.isinf(self.half_width) else f"+-{self.half_width:.3f}"
+        width = ("the whole scale (too few calibration items)" if math.isinf(self.half_width)
+                 else f"+-{self.half_width:.3f}")
         tested = ("test coverage not measured" if self.test_coverage is None else
                   f"{self.test_coverage:.1%} of {self.n_test} {'validation (in-sample)' if self.in_sample else 'test'} "
                   "items inside")

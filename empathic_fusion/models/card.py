@@ -243,7 +243,8 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
                      metrics_note, _training_date(header, ckpt_path), _commit(header, run), intervals, note)
 
 
-def _intervals(summary: dict[str, Any], names: dict[str, str] | None = None) -> tuple[dict[str, ConformalInterval], str]:
+def _intervals(summary: dict[str, Any],
+               names: dict[str, str] | None = None) -> tuple[dict[str, ConformalInterval], str]:
     """The recorded conformal intervals per output (a fusion run's levels renamed by `names`), and why
     an output has none."""
     report = summary.get("intervals")
@@ -255,9 +256,11 @@ def _intervals(summary: dict[str, Any], names: dict[str, str] | None = None) -> 
         interval = ConformalInterval.read(item, report)
         if interval is not None:
             intervals[(names or {}).get(key, key)] = interval
-    reasons = [str(item["note"]) for item in (items or {}).values() if item.get("note") and item.get("half_width") is None
-               and not item.get("unbounded")]
-    note = "no interval: " + (report.get("note") or (reasons[0] if reasons else "none was recorded"))
+    reasons = [str(item["note"]) for item in (items or {}).values()
+               if item.get("note") and item.get("half_width") is None and not item.get("unbounded")]
+    if not reasons and not intervals and report.get("note"):
+        reasons = [str(report["note"])]  # e.g. a text table without validation rows
+    note = "no interval: " + (reasons[0] if reasons else "none was recorded")
     return intervals, note
 
 

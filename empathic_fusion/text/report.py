@@ -1,7 +1,9 @@
 """The text-specific rows of the one test report (empathic_fusion/evaluation/report.py): every test
 fold scores the model next to the baselines the project always reports, fitted on the same training
 rows (TF-IDF + ridge, ridge on the frozen encoder's embeddings, the training mean), one row per
-label and the overall mean, with macro-F1 and QWK on levels; plus the perturbation report.
+label and the overall mean, with macro-F1 and QWK on levels; the split-conformal intervals per output,
+calibrated on the fold's validation rows (empathic_fusion/evaluation/conformal.py); plus the perturbation
+report.
 
 A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
 experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
@@ -112,8 +114,8 @@ def text_intervals(module: EmpathyLightningModule, datamodule: TextDataModule, c
     if len(names) > 1:
         columns[OVERALL] = None
     pick = (lambda values, j: values.mean(1) if j is None else values[:, j])
-    outputs = {name: calibrate(pick(val_pred, j), pick(val_target, j), pick(test_pred, j), pick(test_target, j), coverage)
-               for name, j in columns.items()}
+    outputs = {name: calibrate(pick(val_pred, j), pick(val_target, j), pick(test_pred, j), pick(test_target, j),
+                               coverage) for name, j in columns.items()}
     in_sample = bool(len(dm.val_rows)) and np.array_equal(np.sort(dm.val_rows), np.sort(dm.test_rows))
     report = interval_report(outputs, coverage, in_sample, "outputs")
     if not len(dm.val_rows):
