@@ -118,13 +118,13 @@ class ConformalInterval:
                    bool(report.get("in_sample")))
 
     def describe(self) -> str:
-        """E.g. "+-0.812 (90% split conformal, 40 calibration items; 88.0% of 50 test items inside)"."""
+        """E.g. "+-0.812 (40 calibration items; 88.0% of 50 test items inside)"."""
         width = ("the whole scale (too few calibration items)" if math.isinf(self.half_width)
                  else f"+-{self.half_width:.3f}")
         tested = ("test coverage not measured" if self.test_coverage is None else
                   f"{self.test_coverage:.1%} of {self.n_test} {'validation (in-sample)' if self.in_sample else 'test'} "
                   "items inside")
-        return f"{width} ({self.coverage:.0%} {METHOD}, {self.n_calibration} calibration items; {tested})"
+        return f"{width} ({self.n_calibration} calibration items; {tested})"
 
 
 def fusion_intervals(predictions: dict[str, Any], val_predictions: dict[str, Any], to_rating, coverage: float,

@@ -250,13 +250,14 @@ def _intervals(summary: dict[str, Any],
     report = summary.get("intervals")
     if not report:
         return {}, NO_INTERVALS
-    items = report.get("levels") if names else report.get("outputs")
+    items = (report.get("levels") if names else report.get("outputs")) or {}
     intervals = {}
-    for key, item in (items or {}).items():
+    for key in ([k for k in names if k in items] if names else items):  # a fusion run's rating level first
+        item = items[key]
         interval = ConformalInterval.read(item, report)
         if interval is not None:
             intervals[(names or {}).get(key, key)] = interval
-    reasons = [str(item["note"]) for item in (items or {}).values()
+    reasons = [str(item["note"]) for item in items.values()
                if item.get("note") and item.get("half_width") is None and not item.get("unbounded")]
     if not reasons and not intervals and report.get("note"):
         reasons = [str(report["note"])]  # e.g. a text table without validation rows
