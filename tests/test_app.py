@@ -170,7 +170,10 @@ def test_cards_of_the_demo_models(text_run, fusion_run, tiny_dataset):
     assert text.data["rows"] == 32 and text.data["labels"] == LABELS and text.scale == (1.0, 5.0)
     overall = summary["outputs"]["overall"]["TextRegressor"]
     assert text.test["overall"].r == pytest.approx(overall["pearson"])
-    assert text.interval("overall") == pytest.approx(1.959964 * np.sqrt(overall["mse"]))
+    recorded = summary["intervals"]["outputs"]["overall"]  # the run's split-conformal interval
+    assert (text.interval("overall") == np.inf if recorded["unbounded"]
+            else text.interval("overall") == pytest.approx(recorded["half_width"]))
+    assert text.coverage == summary["intervals"]["coverage"] == 0.9 and "split conformal" in text.markdown()
     assert text.clip(-0.314) == (1.0, True) and text.clip(4.2) == (4.2, False)
 
     fusion = ClipScorer(fusion_run[0]["best_checkpoint"]).card
@@ -181,6 +184,10 @@ def test_cards_of_the_demo_models(text_run, fusion_run, tiny_dataset):
     assert fusion.test["empathy"].r == pytest.approx(rating["pearson"])
     assert fusion.test["empathy"].r_low == pytest.approx(summary["ci"]["rating"]["pearson"]["low"])
     assert fusion.test["empathy"].mse == pytest.approx(4 * rating["mse"])  # cosine scale -> 1-5 scale
+    for output, level in (("empathy", "rating"), ("empathy (per window)", "window")):
+        recorded = summary["intervals"]["levels"][level]  # half-widths on the 1-5 scale
+        assert (fusion.interval(output) == np.inf if recorded["unbounded"]
+                else fusion.interval(output) == pytest.approx(recorded["half_width"]))
     assert fusion.confidence == pytest.approx(0.95) and re.fullmatch(r"[0-9a-f]{40}(-dirty)?", fusion.commit)
 
 
@@ -346,7 +353,7 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
     expected = text.score({"text": typed}, {})
     assert shown == pytest.approx({n: s.value for n, s in expected.items()}, abs=1e-3)
     low = max(1.0, expected["overall"].value - expected["overall"].half_width)
-    assert f"overall: {expected['overall'].value:.2f} (interval {low:.2f} to" in details
+    assert f"overall: {expected['overall'].value:.2f} (90% conformal interval {low:.2f} to" in details
     assert "looks like language" not in details and "'text' looks like language 'de'" in german_details
     assert f"the raw score {raw['cognitive'][0]:.3f} is outside the 1-5 scale and was clipped" in clipped_details
     with flags.open() as f:

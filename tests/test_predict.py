@@ -89,6 +89,12 @@ def test_predict_scores_an_unrated_dataset_from_an_installed_package(installed, 
     assert set(scored.session_id) == set(sessions[2:])
     assert scored.predicted.between(1, 5).all() and (scored.windows > 0).all()
     assert (scored.interval_low <= scored.predicted).all() and (scored.predicted <= scored.interval_high).all()
+    recorded = json.loads((text_fusion_run / "test_metrics.json").read_text())["intervals"]["levels"]
+    window_scores = pd.read_csv(out / "window_predictions.csv")
+    for table, level in ((scored, "rating"), (window_scores, "window")):
+        q = recorded[level]["half_width"] or np.inf  # None: unbounded (too few calibration items)
+        expected_low, expected_high = np.maximum(table.predicted - q, 1.0), np.minimum(table.predicted + q, 5.0)
+        assert np.allclose(table.interval_low, expected_low) and np.allclose(table.interval_high, expected_high), level
     unscored = pairs[pairs.status != "scored"]
     assert set(unscored.session_id) == {silent} and (unscored.reason == "no story_share utterances").all()
     assert pairs.self_report.isna().all()  # nobody rated these

@@ -114,6 +114,21 @@ def test_evaluate_scores_a_text_checkpoint_on_its_fold_and_on_a_new_csv(run, tmp
                                    "trainer.enable_progress_bar=false"], tmp_path / "new", "evaluate"))
     assert new["data"]["test_rows"] == 20 and new["model"]["rating"]["spearman"] > 0.5 and not new["baselines"]
 
+    # split-conformal intervals per label and overall, calibrated on the fold's validation rows
+    written = json.loads((out / "test_metrics.json").read_text())
+    intervals, rows = written["intervals"], pd.read_csv(out / "test_predictions.csv")
+    assert set(intervals["outputs"]) == set(LABELS + ["overall"]) and not intervals["in_sample"]
+    for name, item in intervals["outputs"].items():
+        assert item["n_calibration"] == written["data"]["val_rows"] > 0 and item["n_test"] == len(rows)
+        pred, true = (rows.prediction, rows.target) if name == "overall" else (rows[f"{name}_pred"], rows[f"{name}_true"])
+        inside = (true - pred).abs() <= (item["half_width"] if item["half_width"] is not None else np.inf)
+        assert item["test_coverage"] == pytest.approx(inside.mean(), abs=1e-6)
+        again = own["intervals"]["outputs"][name]  # evaluate.py on the same fold calibrates the same
+        assert again["unbounded"] == item["unbounded"] and (item["half_width"] is None or
+                                                            again["half_width"] == pytest.approx(item["half_width"], abs=1e-5))
+    assert all(item["half_width"] is None and item["n_calibration"] == 0 for item in new["intervals"]["outputs"].values())
+    assert "no validation rows" in new["intervals"]["note"]  # a table tested whole
+
 
 def test_multirun_over_folds_records_a_failing_job_and_builds_sweep_tables(run, tmp_path):
     _, _, root = run

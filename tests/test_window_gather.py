@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from empathic_fusion.dataset import load_dataset
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.datamodules.sampler import RatingOversampler
-from empathic_fusion.datamodules.window_gather import IndexBatchSampler, WindowBatches
+from empathic_fusion.datamodules.window_gather import HostBuffers, IndexBatchSampler, WindowBatches
 from empathic_fusion.features.extract import extract_features
 from empathic_fusion.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
@@ -115,3 +115,17 @@ def test_held_batches_keep_their_values_while_buffers_are_reused(tiny_dataset, s
     assert torch.equal(view, copy)
     first = data[[4, 5, 6]]["video"]["x"].data_ptr()  # released at once
     assert data[[7, 8, 9]]["video"]["x"].data_ptr() == first
+
+
+def test_a_buffer_filled_under_inference_mode_is_not_reused_outside_it():
+    """A split tested (Lightning's inference mode) and then predicted under no_grad (the report's
+    validation predictions when evaluate.py split=val tests the validation split) shares one dataset."""
+    buffers = HostBuffers()
+    source, rows = torch.arange(6.0), torch.tensor([0, 2, 4])
+    with torch.inference_mode():
+        tested = torch.index_select(source, 0, rows, out=buffers.take("x", (3,), torch.float32))
+    del tested
+    with torch.no_grad():
+        out = torch.index_select(source, 0, rows, out=buffers.take("x", (3,), torch.float32))
+    assert not out.is_inference() and out.tolist() == [0.0, 2.0, 4.0]
+    assert len(buffers.buffers["x"]) == 2  # the inference-mode buffer stays for the next test batch

@@ -20,13 +20,15 @@ class Score:
     value: float
     raw: float
     outside: bool  # the raw score was outside the label scale (value is clipped)
-    half_width: float | None  # 1.96 x the test RMSE; None: no test metrics recorded
+    half_width: float | None  # the run's split-conformal half-width (inf: the whole scale); None: none recorded
+    coverage: float | None = None  # the interval's nominal coverage
 
     def describe(self, name: str, scale: tuple[float, float] | None) -> str:
         text = f"{name}: {self.value:.2f}"
         if self.half_width is not None:
             low, high = interval_bounds(self.value, self.half_width, scale)
-            text += f" (interval {low:.2f} to {high:.2f})"
+            level = f"{self.coverage:.0%} " if self.coverage is not None else ""
+            text += f" ({level}conformal interval {low:.2f} to {high:.2f})"
         if self.outside:
             text += f"; the raw score {self.raw:.3f} is outside the {scale[0]:g}-{scale[1]:g} scale and was clipped"
         return text
@@ -75,7 +77,7 @@ class TextModel:
         for name in self.output_names:
             value = float(raw[name][0])
             clipped, outside = self.card.clip(value)
-            scores[name] = Score(clipped, value, outside, self.card.interval(name))
+            scores[name] = Score(clipped, value, outside, self.card.interval(name), self.card.coverage)
         return scores
 
 

@@ -1,9 +1,10 @@
 """The Gradio app: a Text tab for a text model, a Clip tab for a fusion checkpoint (either or both).
 
 Each tab shows its model card (empathic_fusion/models/card.py), a banner when the model was trained on
-generated data, scores clipped to the label scale (saying when a raw score was outside it) and an
-interval from the run's measured test error. Uploads are files on disk that Gradio streams there
-(refused past `max_upload_mb` while uploading); the app reads them by path.
+generated data, scores clipped to the label scale (saying when a raw score was outside it) and the
+split-conformal interval the run calibrated on its validation split (empathic_fusion/evaluation/conformal.py).
+Uploads are files on disk that Gradio streams there (refused past `max_upload_mb` while uploading); the
+app reads them by path.
 
 Works with the network off: analytics are off, no share link is made and the theme uses system
 fonts (the default theme would fetch Google Fonts); Gradio serves its front end from the package.
@@ -21,7 +22,7 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
-from empathic_fusion.models.card import ModelCard  # noqa: E402
+from empathic_fusion.models.card import FUSION_OUTPUT, ModelCard  # noqa: E402
 from empathic_fusion.app.clip import ClipError, ClipScorer  # noqa: E402
 from empathic_fusion.app.text import Score, TextModel, append_flag, persona_inputs  # noqa: E402
 from empathic_fusion.evaluation.plots import empathy_timeline, save_figure  # noqa: E402
@@ -110,7 +111,7 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
 def _score_details(scores: dict[str, Score], card: ModelCard) -> str:
     lines = [score.describe(name, card.scale) for name, score in scores.items()]
     if any(score.half_width is None for score in scores.values()):
-        lines.append("no interval: the run's test error is not recorded")
+        lines.append(card.interval_note)
     return "\n".join(f"- {line}" for line in lines)
 
 
@@ -153,7 +154,7 @@ def _clip_tab(scorer: ClipScorer) -> None:
             return None, None, f"**Cannot score this upload:** {error}"
         card = scorer.card
         value, outside = card.clip(result.rating)
-        score = Score(value, result.rating, outside, card.interval("empathy"))
+        score = Score(value, result.rating, outside, card.interval(FUSION_OUTPUT), card.coverage)
         seconds = result.window_seconds
         shown = np.clip(result.window_ratings, *card.scale) if card.scale else result.window_ratings
         fig = empathy_timeline({"clip": (seconds, shown)},

@@ -33,6 +33,8 @@ class EvaluationConfig:
     #                                columns; a text table's columns); empty: no group report (evaluation/groups.py)
     min_group_size: int = 5        # participants a reported group needs; smaller groups are pooled
     group_bins: int = 3            # a numeric attribute with more distinct values is cut into this many quantile bins
+    interval_coverage: float = 0.9  # nominal coverage of the split-conformal score intervals, calibrated on the
+    #                                validation split (empathic_fusion/evaluation/conformal.py)
 
     def __post_init__(self) -> None:
         require("evaluation", self, {
@@ -47,7 +49,9 @@ class EvaluationConfig:
             "groups": (all(isinstance(g, str) and g.strip() for g in self.groups)
                        and len(set(self.groups)) == len(self.groups), "a list of distinct, non-empty attribute names"),
             "min_group_size": (self.min_group_size >= 1, "an integer >= 1 (participants per reported group)"),
-            "group_bins": (self.group_bins >= 2, "an integer >= 2 (quantile bins of a numeric attribute)")})
+            "group_bins": (self.group_bins >= 2, "an integer >= 2 (quantile bins of a numeric attribute)"),
+            "interval_coverage": (finite(self.interval_coverage) and 0 < self.interval_coverage < 1,
+                                  "a number strictly between 0 and 1 (the intervals' nominal coverage)")})
 
 
 def _rates_ok(rates: list) -> bool:

@@ -368,8 +368,10 @@ class HostBuffers:
         if not self.enabled or get_worker_info() is not None:
             return torch.empty(shape, dtype=dtype)
         kept = self.buffers.setdefault(key, [])
+        inference = torch.is_inference_mode_enabled()  # a buffer made under inference mode is read-only outside it
         for tensor, alone in kept:
-            if tensor.shape == shape and tensor.dtype == dtype and self._users(tensor) == alone:
+            if (tensor.shape == shape and tensor.dtype == dtype and self._users(tensor) == alone
+                    and (inference or not tensor.is_inference())):
                 return tensor
         tensor = torch.empty(shape, dtype=dtype)
         if len(kept) >= self.per_key:  # every kept buffer is busy (batches held for long): let the oldest go

@@ -6,9 +6,11 @@ and from the run folder beside it (`<run>/checkpoints/x.ckpt` -> `<run>/test_met
 `<run>/run_info.json`), never from the data folder, which may not be on the serving machine.
 
 Scores are clipped to the label scale of the training data (the page says when a raw score fell
-outside it). The interval shown with a score is +-1.96 x the test RMSE of the run (on the label
-scale): about a 95% interval if the test errors were normal with that spread; it is the same width
-for every input, so it says how far the model was off on average, not how sure it is about one input.
+outside it). The interval shown with a score is the run's split-conformal interval (the test report's
+"intervals", empathic_fusion/evaluation/conformal.py): the score +- a half-width calibrated on the
+validation split's residuals, so that it holds the rating of about the nominal share (90% by default) of
+new items like those; it is the same width for every input, a statement over items, not about one
+input. A run whose test report predates the intervals shows none, and says so.
 """
 from __future__ import annotations
 
@@ -23,9 +25,13 @@ import numpy as np
 import yaml
 
 from empathic_fusion.dataset.scale import recorded_scale
+from empathic_fusion.evaluation.conformal import METHOD, ConformalInterval
 from empathic_fusion.models.checkpoints import checkpoint_header
 
-Z95 = 1.959964  # two-sided 95% quantile of the normal distribution
+FUSION_OUTPUT = "empathy"  # a fusion model's one output: a rating (its windows averaged)
+FUSION_WINDOW = "empathy (per window)"  # the same output scored per window
+NO_INTERVALS = ("no interval: the run recorded no conformal calibration (its test report predates it); retrain, "
+                "or re-run its test with evaluate.py ckpt_path=<this checkpoint>")
 BANNER = ("**Demo model.** It was trained on generated data ({name}): its scores show how the app works, "
           "not real empathy.")
 
@@ -41,16 +47,12 @@ def interval_bounds(value, half_width: float, scale: tuple[float, float] | None)
 
 @dataclass(frozen=True)
 class TestMetrics:
-    """One output's test metrics; mse and rmse on the label scale."""
+    """One output's test metrics; mse on the label scale."""
 
     r: float | None
     r_low: float | None = None
     r_high: float | None = None
     mse: float | None = None
-
-    @property
-    def rmse(self) -> float | None:
-        return math.sqrt(self.mse) if self.mse is not None and self.mse >= 0 else None
 
 
 @dataclass
@@ -65,6 +67,8 @@ class ModelCard:
     metrics_note: str = ""  # e.g. the metrics are of another checkpoint of the run
     date: str = "unknown"
     commit: str = "unknown"
+    intervals: dict[str, ConformalInterval] = field(default_factory=dict)  # per output name (conformal)
+    interval_note: str = NO_INTERVALS  # why an output has no interval
 
     @property
     def generated(self) -> bool:
@@ -86,15 +90,20 @@ class ModelCard:
         low, high = self.scale
         return min(max(value, low), high), not low <= value <= high
 
+    @property
+    def coverage(self) -> float | None:
+        """The nominal coverage of the recorded intervals (None: none recorded)."""
+        return next(iter(self.intervals.values())).coverage if self.intervals else None
+
     def interval(self, output: str) -> float | None:
-        """Half-width of the score's interval: 1.96 x the test RMSE of this output (None: not measured)."""
-        metrics = self.test.get(output)
-        rmse = metrics.rmse if metrics is not None else None
-        return Z95 * rmse if rmse is not None else None
+        """Half-width of this output's split-conformal interval on the label scale (inf: the whole
+        scale, too few calibration items; None: no interval recorded, see `interval_note`)."""
+        interval = self.intervals.get(output)
+        return interval.half_width if interval is not None else None
 
     def interval_bounds(self, output: str, value):
         """(low, high) of the interval around a score (or an array of scores) of this output, cut to the
-        label scale; None when the output's test error was not recorded."""
+        label scale; None when the output has no recorded interval."""
         half_width = self.interval(output)
         return None if half_width is None else interval_bounds(value, half_width, self.scale)
 
@@ -110,9 +119,17 @@ class ModelCard:
         if self.metrics_note:
             lines.append(f"*{self.metrics_note}*")
         lines.append(f"**Trained:** {self.date}, commit `{self.commit}`")
-        lines.append("**Interval shown with a score:** +-1.96 x the test RMSE (about 95% if test errors were "
-                     "normal; the same width for every input)")
+        lines.append("**Interval shown with a score:** " + self._interval_text())
         return "\n\n".join(lines)
+
+    def _interval_text(self) -> str:
+        if not self.intervals:
+            return self.interval_note
+        parts = "; ".join(f"{name} {interval.describe()}" for name, interval in self.intervals.items())
+        return (f"{self.coverage:.0%} {METHOD} interval, calibrated on the validation split: {parts}. It holds "
+                f"the rating of about {self.coverage:.0%} of new items like the validation split's, with the same "
+                "width for every input (not how sure the model is about one input); data unlike the training "
+                "data can break it")
 
     def _metrics_text(self) -> str:
         if not self.test:
@@ -189,9 +206,10 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     rating = ((summary.get("model") or {}).get("rating")) or {}
     test = ({"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), scale.half_range ** 2)}
             if rating else {})
+    intervals, note = _intervals(summary, {"rating": FUSION_OUTPUT, "window": FUSION_WINDOW})
     return ModelCard("fusion", model, ckpt_path, data, test, _confidence(summary, run),
                      _source(run, summary), metrics_note, _training_date(header, ckpt_path),
-                     _commit(header, run))
+                     _commit(header, run), intervals, note)
 
 
 def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
@@ -220,8 +238,31 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
     if not test and (summary.get("model") or {}).get("rating"):
         main = "overall" if len(labels) > 1 else (labels[0] if labels else "score")
         test[main] = _metrics(summary["model"]["rating"], ci.get("rating"), 1.0)
+    intervals, note = _intervals(summary)
     return ModelCard("text", model, ckpt_path, data, test, _confidence(summary, run), _source(run, summary),
-                     metrics_note, _training_date(header, ckpt_path), _commit(header, run))
+                     metrics_note, _training_date(header, ckpt_path), _commit(header, run), intervals, note)
+
+
+def _intervals(summary: dict[str, Any],
+               names: dict[str, str] | None = None) -> tuple[dict[str, ConformalInterval], str]:
+    """The recorded conformal intervals per output (a fusion run's levels renamed by `names`), and why
+    an output has none."""
+    report = summary.get("intervals")
+    if not report:
+        return {}, NO_INTERVALS
+    items = (report.get("levels") if names else report.get("outputs")) or {}
+    intervals = {}
+    for key in ([k for k in names if k in items] if names else items):  # a fusion run's rating level first
+        item = items[key]
+        interval = ConformalInterval.read(item, report)
+        if interval is not None:
+            intervals[(names or {}).get(key, key)] = interval
+    reasons = [str(item["note"]) for item in items.values()
+               if item.get("note") and item.get("half_width") is None and not item.get("unbounded")]
+    if not reasons and not intervals and report.get("note"):
+        reasons = [str(report["note"])]  # e.g. a text table without validation rows
+    note = "no interval: " + (reasons[0] if reasons else "none was recorded")
+    return intervals, note
 
 
 def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
+from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
 from empathic_fusion.evaluation.report import (
@@ -245,7 +246,7 @@ class EmpathyModule(EmpathyLightningModule):
         threshold = float(scale.to_target(threshold_rating))
         predictions = self.test_predictions
         self.check_groups(datamodule, config)  # before the bootstrap
-        val_predictions = predict_split(self, datamodule.val_dataloader()) if config["threshold"] == "validation" else None
+        val_predictions = predict_split(self, datamodule.val_dataloader())  # threshold and interval calibration
         report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
                               val_predictions, loggers, scale=scale)
         results = report["results"]
@@ -258,20 +259,26 @@ class EmpathyModule(EmpathyLightningModule):
                 "constant train mean (per window)": baseline["window"],
                 "constant train mean (per rating)": baseline["rating"]}
         ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
+        datasets = getattr(datamodule, "datasets", {})
+        in_sample = datasets.get("test") is datasets.get("val")  # evaluate.py split=val
+        intervals = fusion_intervals(predictions, val_predictions, scale.to_rating, float(config["interval_coverage"]),
+                                     in_sample)
         summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
-                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"]}
+                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"],
+                   "intervals": intervals}
+        notes = "\n\n".join(filter(None, [ci_table, format_intervals(intervals)]))
         if config["groups"]:
             rated = prediction_tables(predictions, datamodule.ratings, scale)["rating"]
             attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
             summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
                                                            scale.to_target, out_dir, "the cosine scale", loggers)
-            ci_table = "\n\n".join(filter(None, (ci_table, group_table)))
+            notes = "\n\n".join(filter(None, (notes, group_table)))
         if config["missing_modalities"]:  # the test split again with modalities removed and frames dropped
             missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
                                               loggers)
             summary["missing_modalities"] = missing["summary"]
-            ci_table = "\n\n".join(part for part in (ci_table, missing["table"]) if part)
+            notes = "\n\n".join(part for part in (notes, missing["table"]) if part)
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
                    f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")
-        return write_test_report(out_dir, heading, rows, summary, notes=ci_table)
+        return write_test_report(out_dir, heading, rows, summary, notes=notes)

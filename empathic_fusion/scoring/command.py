@@ -3,8 +3,10 @@
 Outputs, in `out_dir` (default: the run's folder):
   predictions.csv          fusion: one row per (session, story) pair; text: one row per input row,
                            its columns kept. Rows that could not be scored stay, with `status` and `reason`.
+                           Each score carries its split-conformal interval (the run's test report: the
+                           rating-level half-width for a pair, each output's for a text row), cut to the scale.
   session_predictions.csv  fusion: one row per session of sessions.csv
-  window_predictions.csv   fusion: one row per window (start and end in seconds)
+  window_predictions.csv   fusion: one row per window (start and end in seconds), with the window-level interval
   model_card.md            the checkpoint's model card (model, training data, test metrics, interval)
 Nothing leaves the machine: no logger is used.
 """

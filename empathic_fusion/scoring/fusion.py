@@ -22,11 +22,9 @@ import torch
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.metrics import aggregate_by_rating
-from empathic_fusion.models.card import ModelCard
+from empathic_fusion.models.card import FUSION_OUTPUT, FUSION_WINDOW, ModelCard
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.models.predict import predict
-
-OUTPUT = "empathy"  # the fusion model's one output (the model card's name for it)
 
 
 def missing_statistics(model: EmpathyModule) -> list[str]:
@@ -109,7 +107,7 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
     pairs["status"] = "not scored"
     pairs["reason"] = [datamodule.skipped.get(int(i), "") for i in ratings.index]
     window_rows = pd.DataFrame(columns=["session_id", "participant_id", "story_id", "start_s", "end_s",
-                                        "predicted", "raw_predicted"])
+                                        "predicted", "raw_predicted", "interval_low", "interval_high"])
     if windows is not None and pred is not None:
         index = windows.rating_index.to_numpy(dtype=np.int64)
         means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), torch.from_numpy(index))
@@ -119,7 +117,7 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
         pairs.loc[rows, "predicted"], pairs.loc[rows, "raw_predicted"], pairs.loc[rows, "clipped"] = value, raw, outside
         pairs.loc[rows, "status"], pairs.loc[rows, "reason"] = "scored", ""
         pairs.loc[rows, "windows"] = windows.rating_index.value_counts().reindex(ids.numpy()).to_numpy()
-        bounds = card.interval_bounds(OUTPUT, value)
+        bounds = card.interval_bounds(FUSION_OUTPUT, value)  # the rating-level conformal interval
         if bounds is not None:
             pairs.loc[rows, "interval_low"], pairs.loc[rows, "interval_high"] = bounds
         raw_windows = np.asarray(model.rating_scale.to_rating(pred), dtype=float)
@@ -130,7 +128,11 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
                                     "story_id": rated.story_id.to_numpy(),
                                     "start_s": windows.start.to_numpy() / fps,
                                     "end_s": (windows.start.to_numpy() + datamodule.window_frames) / fps,
-                                    "predicted": _clipped(card, raw_windows)[0], "raw_predicted": raw_windows})
+                                    "predicted": _clipped(card, raw_windows)[0], "raw_predicted": raw_windows,
+                                    "interval_low": np.nan, "interval_high": np.nan})
+        window_bounds = card.interval_bounds(FUSION_WINDOW, window_rows["predicted"].to_numpy())  # window level
+        if window_bounds is not None:
+            window_rows["interval_low"], window_rows["interval_high"] = window_bounds
     return DatasetScores(pairs, _session_table(datamodule, pairs, masked, failures), window_rows)
 
 

@@ -5,7 +5,7 @@ columns the model was trained with are read when present; a missing column, an u
 number that does not parse counts as unknown, with a warning. A row whose text fields are all empty
 cannot be scored and is kept with the reason. Scores go through `TextScorer` (the checkpoint's predict
 split and `trainer.predict`, whose encoder warns about texts in languages it was not trained for), are
-clipped to the label scale and carry the model card's interval.
+clipped to the label scale and carry the model card's interval (each output's split-conformal half-width).
 """
 from __future__ import annotations
 

@@ -37,6 +37,7 @@ from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.config.data import text_rating_scale
 from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.dataset.scale import RatingScale
+from empathic_fusion.evaluation.conformal import format_intervals
 from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
@@ -44,7 +45,7 @@ from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.experts import stack_weights
-from empathic_fusion.text.report import text_report_rows
+from empathic_fusion.text.report import text_intervals, text_report_rows
 from empathic_fusion.text.robustness import robustness_report
 from empathic_fusion.text.scorer import TextScorer
 
@@ -370,13 +371,15 @@ class TextEmpathyModule(EmpathyLightningModule):
         summary = {"model": {"rating": per_output[main][self.title]}, "baselines": baseline_results,
                    "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
                    "ci": ci, "confidence": float(config["confidence"]), "stack": self.stack_report,
-                   "data": datamodule.describe()}
+                   "data": datamodule.describe(),
+                   "intervals": text_intervals(self, datamodule, float(config["interval_coverage"]))}
         dm = datamodule
         heading = (f"Test metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(dm.test_rows)} rows, {main}; "
                    f"Acc/F1: above {threshold_rating:g} counts as empathized)")
         logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
                   for m, v in res["rating"].items()}
         notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
+        notes = "\n\n".join(filter(None, [notes, format_intervals(summary["intervals"])]))
         if config["groups"]:
             attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
             summary["groups"], group_table = group_results(

@@ -1,7 +1,9 @@
 """The text-specific rows of the one test report (empathic_fusion/evaluation/report.py): every test
 fold scores the model next to the baselines the project always reports, fitted on the same training
 rows (TF-IDF + ridge, ridge on the frozen encoder's embeddings, the training mean), one row per
-label and the overall mean, with macro-F1 and QWK on levels; plus the perturbation report.
+label and the overall mean, with macro-F1 and QWK on levels; the split-conformal intervals per output,
+calibrated on the fold's validation rows (empathic_fusion/evaluation/conformal.py); plus the perturbation
+report.
 
 A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
 experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
@@ -13,8 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
+from empathic_fusion.evaluation.conformal import calibrate, interval_report
 from empathic_fusion.metrics import metrics_with_levels
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.text import baselines
@@ -78,3 +82,43 @@ def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule,
     for j, name in enumerate(names):
         frame[f"{name}_true"], frame[f"{name}_pred"] = target[:, j], pred[:, j]
     return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame}
+
+
+@torch.no_grad()
+def validation_predictions(module: EmpathyLightningModule, datamodule: TextDataModule) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and labels (rows x labels) of the validation rows: the intervals' calibration items."""
+    dm = datamodule
+    n_labels = len(module.label_names)
+    if not len(dm.val_rows):
+        return np.zeros((0, n_labels)), np.zeros((0, n_labels))
+    was_training = module.training
+    module.eval()
+    preds, targets = [], []
+    for batch in dm.val_dataloader():
+        preds.append(module(move_data_to_device(batch, module.device)).float().cpu().numpy())
+        targets.append(batch["target"].float().numpy())
+    module.train(was_training)
+    return np.concatenate(preds), np.concatenate(targets)
+
+
+def text_intervals(module: EmpathyLightningModule, datamodule: TextDataModule, coverage: float) -> dict[str, Any]:
+    """Split-conformal intervals per label and overall, calibrated on the validation rows and checked on
+    the test rows; with no validation rows (a table tested whole, `test_all`) every output has none."""
+    dm = datamodule
+    val_pred, val_target = validation_predictions(module, dm)
+    test = module.test_predictions
+    order = np.argsort(test["row"])
+    test_pred, test_target = test["pred"][order], test["target"][order]
+    names = list(module.label_names)
+    columns = {name: j for j, name in enumerate(names)}
+    if len(names) > 1:
+        columns[OVERALL] = None
+    pick = (lambda values, j: values.mean(1) if j is None else values[:, j])
+    outputs = {name: calibrate(pick(val_pred, j), pick(val_target, j), pick(test_pred, j), pick(test_target, j),
+                               coverage) for name, j in columns.items()}
+    in_sample = bool(len(dm.val_rows)) and np.array_equal(np.sort(dm.val_rows), np.sort(dm.test_rows))
+    report = interval_report(outputs, coverage, in_sample, "outputs")
+    if not len(dm.val_rows):
+        report["note"] = ("the data has no validation rows (a table tested whole): no interval; the intervals "
+                          "of a checkpoint come from the test report of its training run")
+    return report
