@@ -128,6 +128,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                                 int(tables.decimals), bool(tables.plots))
         for level, paths in result["paths"].items():
             print(f"\n{level}-level results ({cfg.sweep_dir}):\n{paths['md'].read_text()}")
+        if result["robustness"] is not None:
+            print(f"\n{result['robustness'].read_text()}")
         return result
     if judge:
         from empathic_fusion.text.llm_judge import evaluate_judge

@@ -134,3 +134,39 @@ def test_folds_are_aggregated_and_coverage_checked(tmp_path):
 def test_empty_sweep_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no finished runs"):
         collect_runs(tmp_path)
+
+
+def _missing_summary(r_none: float, relative: dict[str, float], robustness: float) -> dict:
+    entry = lambda rel: {level: {"pearson": r_none * rel, "mse": 0.3, "relative_r": rel} for level in ("window", "rating")}
+    return {"modalities": ["video", "text"], "rates": [0.0, 0.5], "seed": 0, "none": entry(1.0),
+            "removed": {name: entry(rel) for name, rel in relative.items()},
+            "random": {"0.5": entry(robustness)}, "block": {"0.5": entry(1.0)},
+            "robustness": {"random": {"window": robustness, "rating": robustness},
+                           "block": {"window": 1.0, "rating": 1.0}}}
+
+
+def test_sweep_robustness_table_aggregates_the_missing_modality_summaries(sweep):
+    """Jobs with a missing-modality summary give robustness_table.md: mean ± sd over seeds per cell, the
+    mean and worst r / r(none) over single removed modalities, NaN robustness left out and counted."""
+    jobs = sorted(p.parent for p in sweep.rglob("test_metrics.json"))
+    lf_vt = [j for j in jobs if "LFLSTM" in (j / ".hydra" / "config.yaml").read_text()
+             and "short: v+t" in (j / ".hydra" / "config.yaml").read_text()]
+    for job, robustness in zip(lf_vt, (0.6, 0.8, float("nan"))):
+        summary = json.loads((job / "test_metrics.json").read_text())
+        summary["missing_modalities"] = _missing_summary(0.35, {"video": 0.9, "text": 0.5}, robustness)
+        (job / "test_metrics.json").write_text(json.dumps(summary))
+    result = evaluate_sweep(sweep, sweep / "out", plots=False)
+    runs = pd.read_csv(sweep / "out" / "robustness_runs.csv")
+    assert len(runs) == 3 and set(runs["model"]) == {"LF-LSTM"} and set(runs["modality"]) == {"v+t"}
+    assert runs["relative_r_one_removed"].tolist() == pytest.approx([0.7] * 3)
+    assert runs["relative_r_worst_removed"].tolist() == pytest.approx([0.5] * 3)
+    header, _, row = result["robustness"].read_text().split("\n\n")[1].splitlines()
+    cells = dict(zip(_cells(header), _cells(row)))
+    assert cells["Model"] == "LF-LSTM" and cells["runs"] == "3"
+    assert cells["relative robustness, random frames"] == f"0.700 ± {np.std([0.6, 0.8], ddof=1):.3f} (2 of 3)"
+    assert cells["r / r(none), worst modality removed"] == "0.500 ± 0.000"
+
+
+def test_sweep_without_missing_modality_summaries_writes_no_robustness_table(sweep):
+    assert evaluate_sweep(sweep, sweep / "out", plots=False)["robustness"] is None
+    assert not (sweep / "out" / "robustness_table.md").exists()

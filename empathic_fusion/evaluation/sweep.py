@@ -2,7 +2,11 @@
 cells aggregated over seeds and CV folds, written next to the jobs.
 
 Every job of a sweep leaves `.hydra/config.yaml` and `test_metrics.json` in its folder; jobs a
-grid skipped (a baseline that cannot take a modality subset) leave `skipped.json` instead.
+grid skipped (a baseline that cannot take a modality subset) leave `skipped.json` instead. Jobs whose
+report holds the missing-modality summary (fusion models, `evaluation.missing_modalities`) also give
+the robustness table: per model and modality subset, rating-level r with nothing missing, the relative
+robustness to frames dropped at random and in blocks, and r relative to nothing missing with one
+modality removed (docs/evaluation.md, "Missing modalities").
 `PaperTablesCallback` runs `evaluate_sweep` when Hydra's multirun ends, so
 `python train.py -m experiment=es_story_share` ends with the tables.
 """
@@ -13,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -54,6 +59,55 @@ def collect_runs(sweep_dir: Path | str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+ROBUSTNESS_COLUMNS = {"r_none": "r, nothing missing", "robustness_random": "relative robustness, random frames",
+                      "robustness_block": "relative robustness, block of frames",
+                      "relative_r_one_removed": "r / r(none), one modality removed (mean)",
+                      "relative_r_worst_removed": "r / r(none), worst modality removed"}
+
+
+def collect_robustness(sweep_dir: Path | str) -> pd.DataFrame:
+    """One row per job whose report holds a missing-modality summary: model, modality, seed, fold and the
+    rating-level `ROBUSTNESS_COLUMNS` (NaN where undefined: relative values need r(none) > 0; the removed
+    ones need two modalities or more)."""
+    rows = []
+    for metrics_file in sorted(Path(sweep_dir).rglob("test_metrics.json")):
+        missing = json.loads(metrics_file.read_text()).get("missing_modalities")
+        config_file = metrics_file.parent / ".hydra" / "config.yaml"
+        if not missing or not config_file.exists():
+            continue
+        cfg = OmegaConf.load(config_file)
+        data = cfg.get("data", {})
+        one = [entry["rating"]["relative_r"] for removed, entry in missing["removed"].items() if "+" not in removed]
+        rows.append({"run_dir": str(metrics_file.parent), "model": model_display_name(cfg.model.net._target_),
+                     "modality": cfg.modality.short, "seed": cfg.get("seed"),
+                     "fold": data.get("cv_fold") if data.get("cv_folds") else None,
+                     "r_none": missing["none"]["rating"]["pearson"],
+                     "robustness_random": missing["robustness"]["random"]["rating"],
+                     "robustness_block": missing["robustness"]["block"]["rating"],
+                     "relative_r_one_removed": float(np.mean(one)) if one else float("nan"),
+                     "relative_r_worst_removed": float(np.min(one)) if one else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def robustness_table(runs: pd.DataFrame, decimals: int = 3) -> str:
+    """Markdown: mean ± sd over the runs of each (model, modality) cell, NaN runs left out of each mean
+    (how many runs a mean holds is in its cell when fewer than the cell's runs)."""
+    lines = []
+    for (model, modality), cell in runs.groupby(["model", "modality"], sort=False):
+        row = {"Model": model, "Modality": modality}
+        for column, title in ROBUSTNESS_COLUMNS.items():
+            values = cell[column].dropna()
+            if values.empty:
+                row[title] = "n/a"
+                continue
+            sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+            row[title] = (f"{values.mean():.{decimals}f} ± {sd:.{decimals}f}"
+                          + (f" ({len(values)} of {len(cell)})" if len(values) < len(cell) else ""))
+        row["runs"] = len(cell)
+        lines.append(row)
+    return pd.DataFrame(lines).to_markdown(index=False, colalign=["left"] * (len(ROBUSTNESS_COLUMNS) + 3))
+
+
 def skipped_runs(sweep_dir: Path | str) -> list[dict[str, Any]]:
     """The grid cells a sweep skipped, with the reason each job recorded."""
     return [json.loads(p.read_text()) for p in sorted(Path(sweep_dir).rglob("skipped.json"))]
@@ -82,7 +136,8 @@ def skip_incompatible_cell(cfg: DictConfig, out_dir: Path) -> dict[str, Any] | N
 def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
                    metrics: tuple[str, ...] = METRIC_NAMES, scale: float = 100.0, decimals: int = 1,
                    plots: bool = True) -> dict[str, Any]:
-    """Write `paper_table_<level>.{md,tex,csv}`, `runs.csv` and (optionally) ablation plots; return the summaries."""
+    """Write `paper_table_<level>.{md,tex,csv}`, `runs.csv`, (optionally) ablation plots and, when jobs hold a
+    missing-modality summary, `robustness_table.md` and `robustness_runs.csv`; return the summaries and paths."""
     sweep_dir = Path(sweep_dir)
     out_dir = Path(out_dir) if out_dir else sweep_dir
     runs = collect_runs(sweep_dir)
@@ -113,11 +168,18 @@ def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
         own = runs[~runs["baseline"]]  # test_predictions.csv holds the job's model, not its baselines
         coverage(own).to_csv(out_dir / "cv_coverage.csv", index=False)
         out_of_fold_predictions(own).to_csv(out_dir / "cv_out_of_fold_predictions.csv", index=False)
+    robustness, robustness_md = collect_robustness(sweep_dir), None
+    if not robustness.empty:
+        robustness.to_csv(out_dir / "robustness_runs.csv", index=False)
+        robustness_md = out_dir / "robustness_table.md"
+        robustness_md.write_text(
+            f"Robustness to missing data (rating level, mean ± sd over {spread}; relative robustness: area under r "
+            "over the missing rates / (r(0) x rate span), 1 = no loss):\n\n" + robustness_table(robustness) + "\n")
     skipped = skipped_runs(sweep_dir)
     for entry in skipped:
         log.info("skipped cell: %s", entry.get("reason"))
     log.info("tables written: %s", {k: str(v["md"]) for k, v in written.items()})
-    return {"summaries": summaries, "paths": written, "runs": runs, "skipped": skipped}
+    return {"summaries": summaries, "paths": written, "runs": runs, "skipped": skipped, "robustness": robustness_md}
 
 
 class PaperTablesCallback(Callback):
@@ -136,3 +198,5 @@ class PaperTablesCallback(Callback):
             return
         for level, paths in result["paths"].items():
             print(f"\n{level}-level results ({sweep_dir}):\n{paths['md'].read_text()}")
+        if result["robustness"] is not None:
+            print(f"\n{result['robustness'].read_text()}")
