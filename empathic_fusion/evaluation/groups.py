@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.evaluation.participants import Scale, _check, _on_scale
+from empathic_fusion.evaluation.participants import Scale, check_prediction_table, on_scale
 from empathic_fusion.metrics import metric_values
 
 GROUP_METRICS = {"pearson": "r", "mse": "MSE"}  # metric -> its name in the tables
@@ -111,8 +111,8 @@ def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, b
         return result
     final = labels.map(lambda g: g if pd.isna(g) else mapping[g])
     participants = sorted(table["participant_id"].unique())
-    pred = _on_scale(table["predicted"].to_numpy(float), to_target)
-    true = _on_scale(table["rated"].to_numpy(float), to_target)
+    pred = on_scale(table["predicted"].to_numpy(float), to_target)
+    true = on_scale(table["rated"].to_numpy(float), to_target)
     ids, group_of = table["participant_id"].to_numpy(), final.to_numpy()
     # rows of each (group, participant): a resample concatenates them per group
     parts = {g: [np.flatnonzero((group_of == g) & (ids == p)) for p in participants] for g in reported}
@@ -187,7 +187,7 @@ def group_results(table: pd.DataFrame, attributes: pd.DataFrame, evaluation: dic
     and returns (the "groups" entry of test_metrics.json, its markdown table; "" without attributes)."""
     if not len(attributes.columns):
         return {}, ""
-    _check(table)
+    check_prediction_table(table)
     if not attributes.index.equals(table.index):
         raise ValueError("the attributes' rows are not the table's rows")
     min_size, confidence = int(evaluation["min_group_size"]), float(evaluation["confidence"])

@@ -22,7 +22,8 @@ from empathic_fusion.metrics import ALL_METRIC_NAMES, empathy_metrics, metric_va
 REQUIRED_COLUMNS = ("participant_id", "predicted", "rated")
 
 
-def _check(table: pd.DataFrame) -> None:
+def check_prediction_table(table: pd.DataFrame) -> None:
+    """A ValueError naming the columns a prediction table lacks (REQUIRED_COLUMNS)."""
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"prediction table lacks column(s) {missing}; it has {list(table.columns)}")
@@ -31,7 +32,8 @@ def _check(table: pd.DataFrame) -> None:
 Scale = Callable[[np.ndarray], np.ndarray] | None  # ratings -> the scale metrics are computed on (None: as they are)
 
 
-def _on_scale(values: np.ndarray, to_target: Scale) -> np.ndarray:
+def on_scale(values: np.ndarray, to_target: Scale) -> np.ndarray:
+    """Ratings as float64 on the scale the metrics are computed on."""
     return np.asarray(values, dtype=np.float64) if to_target is None else to_target(values)
 
 
@@ -42,8 +44,8 @@ def _threshold(threshold_rating: float, to_target: Scale) -> float:
 
 def _scores(table: pd.DataFrame, threshold_rating: float, pred_threshold: float | None,
             to_target: Scale) -> dict[str, float]:
-    pred = torch.tensor(_on_scale(table["predicted"].to_numpy(float), to_target))
-    true = torch.tensor(_on_scale(table["rated"].to_numpy(float), to_target))
+    pred = torch.tensor(on_scale(table["predicted"].to_numpy(float), to_target))
+    true = torch.tensor(on_scale(table["rated"].to_numpy(float), to_target))
     return empathy_metrics(pred, true, _threshold(threshold_rating, to_target), pred_threshold)
 
 
@@ -54,7 +56,7 @@ def per_participant(table: pd.DataFrame, threshold_rating: float = SELF_REPORT.m
     With a handful of ratings per person, r is often undefined (constant ratings): it is then 0 as
     everywhere and `r_defined` is False, so a plot or summary can leave it out.
     """
-    _check(table)
+    check_prediction_table(table)
     rows = []
     for participant, group in table.groupby("participant_id", sort=True):
         with warnings.catch_warnings():
@@ -73,7 +75,7 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
     Returns {metric: {"estimate", "low", "high"}}; with fewer than 2 participants the interval is
     the point estimate (warned), since there is nothing to resample.
     """
-    _check(table)
+    check_prediction_table(table)
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     with warnings.catch_warnings():
@@ -83,8 +85,8 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
     if len(groups) < 2 or n_boot < 1:
         warnings.warn(f"bootstrap_ci: {len(groups)} participant(s); the interval is the point estimate", stacklevel=2)
         return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
-    pred = [_on_scale(g["predicted"].to_numpy(float), to_target) for g in groups]
-    true = [_on_scale(g["rated"].to_numpy(float), to_target) for g in groups]
+    pred = [on_scale(g["predicted"].to_numpy(float), to_target) for g in groups]
+    true = [on_scale(g["rated"].to_numpy(float), to_target) for g in groups]
     rng = np.random.default_rng(seed)
     draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
     threshold = _threshold(threshold_rating, to_target)
