@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from results import (  # noqa: E402
-    RESULTS_DIR, Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, write_results)
+    RESULTS_DIR, Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, run_resumable,
+    write_results)
 
 RUNS = {
     "lf_lstm_vat": ("LF-LSTM, video + audio + text (`make train`)", ["experiment=demo"]),
@@ -106,19 +107,8 @@ def run_one(run: str, run_dir: Path, seed: int | None, kernels: str, extra: Sequ
     read instead of trained again."""
     env = run_environment(kernels)
     command = train_command(run, run_dir, seed, extra)
-    finished = run_dir / FINISHED
-    if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
-        print(f"reusing the finished run in {run_dir}", flush=True)
-        seconds = json.loads(finished.read_text())["seconds"]
-    else:
-        print(f"$ {shown_command(run, seed, kernels, extra)}  ({run_dir})", flush=True)
-        start = time.perf_counter()
-        done = subprocess.run(command, cwd=ROOT, env=env)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"run {run} (seed {seed or 'default'}, {kernels or 'default kernels'}) failed with "
-                             f"exit status {done.returncode}: see {run_dir}")
-        finished.write_text(json.dumps({"command": command[1:], "seconds": seconds}))
+    seconds = run_resumable(command, run_dir, FINISHED, env, shown_command(run, seed, kernels, extra),
+                            f"run {run} (seed {seed or 'default'}, {kernels or 'default kernels'})")
     report = json.loads((run_dir / "test_metrics.json").read_text())
     used_seed = int(json.loads((run_dir / "run_info.json").read_text())["config"]["seed"])
     return DemoRun(run, used_seed, seed is None, kernels, capability_in(env), seconds, report["model"], run_dir)

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from typing import Callable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from results import Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, write_results  # noqa: E402
+from results import (  # noqa: E402
+    Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, run_resumable, write_results)
 
 DEFAULT_DROPOUT = (0.0, 0.1, 0.3)
 DEFAULT_SEEDS = (0, 1, 2)
@@ -68,20 +68,9 @@ def run_one(dropout: float, seed: int, run_dir: Path, extra: Sequence[str]) -> R
     """Train and test one run in a subprocess, or read a finished one of the same command in `run_dir`."""
     command = [sys.executable, "train.py", *RECIPE, f"model.modality_dropout={dropout:g}", f"seed={seed}",
                "logger=none", *extra, f"hydra.run.dir={run_dir}"]
-    finished = run_dir / FINISHED
-    if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
-        print(f"reusing the finished run in {run_dir}", flush=True)
-        seconds = json.loads(finished.read_text())["seconds"]
-    else:
-        print(f"$ {shown_command(dropout, seed, extra)}  ({run_dir})", flush=True)
-        start = time.perf_counter()
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        done = subprocess.run(command, cwd=ROOT, env=env)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"run with modality_dropout={dropout:g}, seed {seed} failed with exit status "
-                             f"{done.returncode}: see {run_dir}")
-        finished.write_text(json.dumps({"command": command[1:], "seconds": seconds}))
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    seconds = run_resumable(command, run_dir, FINISHED, env, shown_command(dropout, seed, extra),
+                            f"run with modality_dropout={dropout:g}, seed {seed}")
     report = json.loads((run_dir / "test_metrics.json").read_text())
     if "missing_modalities" not in report:
         raise SystemExit(f"{run_dir}/test_metrics.json has no missing_modalities summary "

@@ -20,6 +20,7 @@ is given, and then the file says at its top that the timings were taken on a bus
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -289,3 +290,23 @@ def write_results(args: argparse.Namespace, title: str, body: str) -> Path | Non
     out.write_text(portable(header(title, getattr(args, "load_record", None)) + "\n" + body.rstrip() + "\n"))
     print(f"results written to {out}")
     return out
+
+
+def run_resumable(command: list[str], run_dir: Path, marker: str, env: dict[str, str], shown: str,
+                  failure: str) -> float:
+    """Run a benchmark's `command` (`[python, script, args...]`) in a subprocess from the repository root,
+    output streamed, and record it in `run_dir/marker`; the seconds it took. When that record holds the
+    same command (an interrupted benchmark given the same `--run-dir`), the finished run is reused
+    instead. `shown` is the command as a user types it; a failed run stops the benchmark with `failure`."""
+    finished = run_dir / marker
+    if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
+        print(f"reusing the finished run in {run_dir}", flush=True)
+        return json.loads(finished.read_text())["seconds"]
+    print(f"$ {shown}  ({run_dir})", flush=True)
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=env)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{failure} failed with exit status {done.returncode}: see {run_dir}")
+    finished.write_text(json.dumps({"command": command[1:], "seconds": seconds}))
+    return seconds
