@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.evaluation.participants import Scale, check_prediction_table, on_scale
+from empathic_fusion.evaluation.participants import Scale, check_prediction_table, on_scale, participant_resamples
 from empathic_fusion.metrics import metric_values
 
 GROUP_METRICS = {"pearson": "r", "mse": "MSE"}  # metric -> its name in the tables
@@ -119,9 +119,7 @@ def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, b
     estimates = {g: metric_values(pred[np.concatenate(parts[g])], true[np.concatenate(parts[g])]) for g in reported}
     draws = {g: np.full((max(n_boot, 0), len(GROUP_METRICS)), np.nan) for g in reported}
     if n_boot > 0 and len(participants) >= 2:
-        rng = np.random.default_rng(seed)
-        for b in range(n_boot):  # the draws of bootstrap_ci: the same resamples of participants
-            pick = rng.integers(0, len(participants), len(participants))
+        for b, pick in enumerate(participant_resamples(len(participants), n_boot, seed)):  # those of bootstrap_ci
             for g in reported:
                 rows = np.concatenate([parts[g][i] for i in pick])
                 if len(rows):  # a group none of whose participants was drawn has no value in this resample

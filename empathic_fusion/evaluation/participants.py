@@ -10,7 +10,7 @@ on the rating scale; metrics are computed on the cosine scale (`to_target`: the 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -67,6 +67,14 @@ def per_participant(table: pd.DataFrame, threshold_rating: float = SELF_REPORT.m
     return pd.DataFrame(rows)
 
 
+def participant_resamples(n_participants: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
+    """The participant indices (0..n-1, in participant_id order) of each of `n_boot` resamples with
+    replacement: one stream per seed, so every interval drawn from it resamples the same participants."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n_boot):
+        yield rng.integers(0, n_participants, n_participants)
+
+
 def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.95, seed: int = 0,
                  threshold_rating: float = SELF_REPORT.midpoint, pred_threshold: float | None = None,
                  to_target: Scale = SELF_REPORT.to_target) -> dict[str, dict[str, float]]:
@@ -87,11 +95,10 @@ def bootstrap_ci(table: pd.DataFrame, n_boot: int = 1000, confidence: float = 0.
         return {m: {"estimate": estimate[m], "low": estimate[m], "high": estimate[m]} for m in ALL_METRIC_NAMES}
     pred = [on_scale(g["predicted"].to_numpy(float), to_target) for g in groups]
     true = [on_scale(g["rated"].to_numpy(float), to_target) for g in groups]
-    rng = np.random.default_rng(seed)
     draws = np.empty((n_boot, len(ALL_METRIC_NAMES)))
     threshold = _threshold(threshold_rating, to_target)
-    for b in range(n_boot):  # a degenerate resample counts with its defined value (0), as in empathy_metrics
-        pick = rng.integers(0, len(groups), len(groups))
+    # a degenerate resample counts with its defined value (0), as in empathy_metrics
+    for b, pick in enumerate(participant_resamples(len(groups), n_boot, seed)):
         values = metric_values(np.concatenate([pred[i] for i in pick]), np.concatenate([true[i] for i in pick]),
                               threshold, pred_threshold)
         draws[b] = [values[m] for m in ALL_METRIC_NAMES]
