@@ -189,8 +189,7 @@ def missing_modality_report(model: torch.nn.Module, loader: Iterable, modalities
     """Evaluate every condition on the test `loader`, write the CSV (and the plot when
     `evaluation["plots"]`); returns {"summary": for test_metrics.json, "table": markdown}."""
     rates, seed = [float(r) for r in evaluation["missing_rates"]], int(evaluation["bootstrap_seed"])
-    with torch.inference_mode():  # as trainer.test: the loader may reuse batch buffers made under it
-        table = evaluate_conditions(model, loader, modalities, rates, seed)
+    table = evaluate_conditions(model, loader, modalities, rates, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(out_dir / CSV_NAME, index=False)
     summary = summarize(table, modalities, rates, seed)
