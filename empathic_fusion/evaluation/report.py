@@ -45,18 +45,25 @@ def settings(evaluation: dict[str, Any] | None) -> dict[str, Any]:
 
 
 @torch.no_grad()
-def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
-    """Window predictions, targets and rating indices of a split (the model in eval mode, no logging)."""
+def predict_loader(model: torch.nn.Module, loader, fields: tuple[str, ...] = ("target",)) -> dict[str, torch.Tensor]:
+    """The model's outputs over a loader ("pred", float32 on the CPU) and the batches' `fields`, each
+    concatenated; the model in eval mode, no logging."""
     was_training = model.training
     model.eval()
-    preds, targets, ratings = [], [], []
+    preds, values = [], {field: [] for field in fields}
     device = next(model.parameters(), torch.empty(0)).device
     for batch in loader:
         preds.append(model(move_data_to_device(batch, device)).float().cpu())
-        targets.append(batch["target"].float())
-        ratings.append(batch["rating_index"].long())
+        for field in fields:
+            values[field].append(batch[field])
     model.train(was_training)
-    pred, target, rating = torch.cat(preds), torch.cat(targets), torch.cat(ratings)
+    return {"pred": torch.cat(preds), **{field: torch.cat(parts) for field, parts in values.items()}}
+
+
+def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
+    """Window predictions, targets and rating indices of a split (the model in eval mode, no logging)."""
+    predicted = predict_loader(model, loader, ("target", "rating_index"))
+    pred, target, rating = predicted["pred"], predicted["target"].float(), predicted["rating_index"].long()
     rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
     return {"window_pred": pred, "window_target": target, "window_rating": rating,
             "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
@@ -84,7 +91,8 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
                  val_predictions: dict[str, torch.Tensor] | None = None, loggers=(), *,
                  scale: RatingScale) -> dict[str, Any]:
     """Metrics per level (with the configured threshold), CIs, breakdown, files and plots under out_dir;
-    tables, breakdown and plots on the data's rating `scale` (targets are ratings mapped onto [-1, 1])."""
+    tables, breakdown and plots on the data's rating `scale` (targets are ratings mapped onto [-1, 1]).
+    Returns the results, thresholds, CIs, participant summary and the `prediction_tables` written."""
     cfg = settings(evaluation)
     if cfg["threshold"] == "validation" and val_predictions is None:
         raise ValueError("evaluation.threshold=validation needs the validation predictions")
@@ -127,7 +135,7 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
     participants = {"n": int(len(breakdown)), "n_r_defined": int(len(r_defined)),
                     "mean_r": float(r_defined.mean()) if len(r_defined) else float("nan"),
                     "median_r": float(np.median(r_defined)) if len(r_defined) else float("nan")}
-    return {"results": results, "thresholds": thresholds, "ci": ci, "participants": participants}
+    return {"results": results, "thresholds": thresholds, "ci": ci, "participants": participants, "tables": tables}
 
 
 def format_ci(ci: dict[str, dict[str, dict[str, float]]], confidence: float,

@@ -36,14 +36,7 @@ from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report import (
-    build_report,
-    format_ci,
-    predict_split,
-    prediction_tables,
-    settings,
-    write_test_report,
-)
+from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
 from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
@@ -268,7 +261,7 @@ class EmpathyModule(EmpathyLightningModule):
                    "intervals": intervals}
         notes = "\n\n".join(filter(None, [ci_table, format_intervals(intervals)]))
         if config["groups"]:
-            rated = prediction_tables(predictions, datamodule.ratings, scale)["rating"]
+            rated = report["tables"]["rating"]
             attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
             summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
                                                            scale.to_target, out_dir, "the cosine scale", loggers)
@@ -277,7 +270,7 @@ class EmpathyModule(EmpathyLightningModule):
             missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
                                               loggers)
             summary["missing_modalities"] = missing["summary"]
-            notes = "\n\n".join(part for part in (notes, missing["table"]) if part)
+            notes = "\n\n".join(filter(None, (notes, missing["table"])))
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
                    f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")

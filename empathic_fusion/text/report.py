@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.evaluation.conformal import calibrate, interval_report
+from empathic_fusion.evaluation.report import predict_loader
 from empathic_fusion.metrics import metrics_with_levels
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.text import baselines
@@ -84,21 +84,13 @@ def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule,
     return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame}
 
 
-@torch.no_grad()
 def validation_predictions(module: EmpathyLightningModule, datamodule: TextDataModule) -> tuple[np.ndarray, np.ndarray]:
     """Scores and labels (rows x labels) of the validation rows: the intervals' calibration items."""
-    dm = datamodule
-    n_labels = len(module.label_names)
-    if not len(dm.val_rows):
+    if not len(datamodule.val_rows):
+        n_labels = len(module.label_names)
         return np.zeros((0, n_labels)), np.zeros((0, n_labels))
-    was_training = module.training
-    module.eval()
-    preds, targets = [], []
-    for batch in dm.val_dataloader():
-        preds.append(module(move_data_to_device(batch, module.device)).float().cpu().numpy())
-        targets.append(batch["target"].float().numpy())
-    module.train(was_training)
-    return np.concatenate(preds), np.concatenate(targets)
+    predicted = predict_loader(module, datamodule.val_dataloader())
+    return predicted["pred"].numpy(), predicted["target"].float().numpy()
 
 
 def text_intervals(module: EmpathyLightningModule, datamodule: TextDataModule, coverage: float) -> dict[str, Any]:
