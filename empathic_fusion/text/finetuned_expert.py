@@ -184,7 +184,15 @@ class FineTunedEncoderExpert(FittedModule):
         return out
 
     def _fitted_net(self) -> _EncoderHead:
-        """The fitted net: kept from fit, or rebuilt from the base encoder and the state's weights."""
+        """The fitted net: kept from fit, or rebuilt from the base encoder and the state's weights.
+
+        Built and moved outside inference mode, also when first used inside `trainer.test`: a net
+        made there would hold inference tensors, which no later `.to()` or training step outside that
+        mode may touch (the module outlives the test: its report, a GPU run's move back to the CPU)."""
+        with torch.inference_mode(False):
+            return self._fitted_net_on_device()
+
+    def _fitted_net_on_device(self) -> _EncoderHead:
         net = self.__dict__["_net"]
         if net is None:
             state = self._state
