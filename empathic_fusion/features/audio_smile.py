@@ -29,12 +29,6 @@ def _smile(feature_set: str):
                            feature_level=opensmile.FeatureLevel.LowLevelDescriptors)
 
 
-def extractor_version() -> str:
-    import opensmile
-
-    return opensmile.__version__
-
-
 def extract_audio(source: Path, fps: float, feature_set: str = "ComParE_2016",
                   **_: object) -> tuple[dict, dict, list[str]]:
     """Arrays (features T x F float32, present mask T uint8, voiced T uint8), info and warnings.

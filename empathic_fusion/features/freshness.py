@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.extract import branch_signature
+from empathic_fusion.features.extract import branch_signature, signature_matches
 from empathic_fusion.features.store import FeatureStore
 
 
@@ -29,7 +29,7 @@ def branch_problem(store: FeatureStore, dataset: EmpathyDataset, sid: str, branc
         expected = branch_signature(store, dataset, sid, branch, features, identity)
     except (OSError, ValueError) as error:
         return f"stale: its input can no longer be read ({error})"
-    if entry["signature"] != expected:
+    if not signature_matches(entry["signature"], expected):
         return (f"stale: the stored features were extracted from other inputs or settings than the dataset and "
                 f"config now give ({signature_difference(entry['signature'], expected)} changed)")
     problems = store.check_branch(sid, branch)
