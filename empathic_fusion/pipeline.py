@@ -13,7 +13,8 @@ import empathic_fusion.text  # noqa: F401  (registers the text module and its pa
 from empathic_fusion.config import ConfigError, validate
 from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
-from empathic_fusion.models.base import build_datamodule, build_module
+from empathic_fusion.datamodules.protocol import EmpathyData
+from empathic_fusion.models.base import build_datamodule, build_module, set_up
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 
@@ -39,6 +40,24 @@ def build_model(cfg: DictConfig, data_info: dict[str, Any]):
     return build_module(_container(cfg.model), data_info, run_config(cfg))
 
 
+def build_run(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None
+              ) -> tuple[EmpathyData, L.LightningModule, L.Trainer]:
+    """The run's trainer, its datamodule set up for fitting and the model built from it.
+
+    The trainer comes first: the datamodule places its frame arrays by the device the run trains on
+    (`data.frames=auto`: in a GPU's memory when they fit), which it reads from the trainer it is
+    attached to; the model needs the datamodule's input dims, so it comes last."""
+    loggers = _instantiate_all(cfg.logger)
+    callbacks = _instantiate_all(cfg.callbacks) + list(extra_callbacks or [])
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    datamodule = build_datamodule(_container(cfg.data), _container(cfg.features), list(cfg.modality.names))
+    set_up(datamodule, trainer, "fit")
+    model = build_model(cfg, datamodule.fitted_state())
+    if cfg.test:
+        model.check_groups(datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
+    return datamodule, model, trainer
+
+
 def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> dict[str, Any]:
     """Prepare data, train (continuing a killed run from its last.ckpt), test the best checkpoint.
 
@@ -53,15 +72,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
         return skipped
-    datamodule = build_datamodule(_container(cfg.data), _container(cfg.features), list(cfg.modality.names))
-    datamodule.prepare_data()
-    datamodule.setup("fit")
-    model = build_model(cfg, datamodule.fitted_state())
-    if cfg.test:
-        model.check_groups(datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
-    loggers = _instantiate_all(cfg.logger)
-    callbacks = _instantiate_all(cfg.callbacks) + list(extra_callbacks or [])
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    datamodule, model, trainer = build_run(cfg, extra_callbacks)
+    loggers = trainer.loggers
     log.info("data: %s", datamodule.describe())
     failed = True
     try:
@@ -80,6 +92,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             best = checkpoint.best_model_path if checkpoint else ""
             trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
             if trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
+                on_run_device(model, trainer)
                 results = model.report(datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
             results["best_checkpoint"] = best
         results.update(validation=validation, best_validation=best_validation, global_step=trainer.global_step)
@@ -140,8 +153,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(["evaluation.threshold=validation chooses the cutoff on the validation split; "
                            "scoring that same split with it would be optimistic: use split=test or threshold=fixed"])
     model = load_module(cfg.ckpt_path)
+    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, logger=False)  # first: it places the data
     datamodule = model.evaluation_datamodule(_container(cfg.data), _container(cfg.features), cfg.split,
-                                             cfg.test_csv)
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, logger=False)
+                                             cfg.test_csv, trainer=trainer)
     trainer.test(model, datamodule=datamodule)
+    on_run_device(model, trainer)
     return model.report(datamodule, out_dir, evaluation)
+
+
+def on_run_device(model: L.LightningModule, trainer: L.Trainer) -> None:
+    """The model back on the device it was tested on: Lightning returns it to the CPU after testing, and
+    the report's passes (validation predictions, the missing-modality conditions) read batches that the
+    datamodule gathers on that device."""
+    model.to(trainer.strategy.root_device)

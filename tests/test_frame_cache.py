@@ -198,17 +198,3 @@ def test_dataloader_workers_read_the_cache_in_their_own_processes(tiny_dataset, 
     assert disk.frames.disk
     for expected, actual in zip(reference.val_dataloader(), disk.val_dataloader(), strict=True):
         assert_same(expected, actual)
-
-
-@pytest.mark.gpu
-def test_frames_in_gpu_memory_equal_the_reference(tiny_dataset, store_copy):
-    """`auto` on a GPU: the arrays are filled onto the device a chunk at a time; batches equal the reference."""
-    reference = _datamodule(tiny_dataset, store_copy, loader="reference")
-    dm = EmpathyDataModule(str(tiny_dataset), str(store_copy), MODALITIES, FEATURES_CFG, batch_size=8,
-                           extract_workers=1)
-    dm._training_device = lambda: torch.device("cuda")
-    dm.setup("fit")
-    assert dm.frames.device.type == "cuda" and not dm.frames.disk
-    for expected, actual in zip(reference.val_dataloader(), dm.val_dataloader(), strict=True):
-        assert_same(expected, {k: ({kk: vv.cpu() for kk, vv in v.items()} if isinstance(v, dict) else v.cpu())
-                               for k, v in actual.items()})

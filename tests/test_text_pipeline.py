@@ -261,3 +261,60 @@ def test_a_killed_text_run_resumes_from_its_last_checkpoint_with_the_fitted_expe
     last = torch.load(tmp_path / "out" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert last["epoch"] == 2 and "net.experts.0._extra_state" in last["state_dict"]
     assert resumed["model"]["rating"]["spearman"] > 0.5
+
+
+def _inference_tensors(module) -> list[str]:
+    """Names of the inference tensors a module holds: parameters, buffers, and tensors or modules kept
+    outside its registered children (a cached net in `__dict__`), recursively."""
+    import torch
+
+    found, seen = [], set()
+
+    def walk(obj, name: str) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            if obj.is_inference():
+                found.append(name)
+        elif isinstance(obj, torch.nn.Module):
+            for key, tensor in [*obj.named_parameters(recurse=False), *obj.named_buffers(recurse=False)]:
+                walk(tensor, f"{name}.{key}")
+            for key, value in vars(obj).items():
+                if key not in ("_parameters", "_buffers", "_modules") and isinstance(value, (torch.Tensor, torch.nn.Module)):
+                    walk(value, f"{name}.{key}")
+            for key, child in obj.named_children():
+                walk(child, f"{name}.{key}")
+    walk(module, "module")
+    return found
+
+
+def test_the_fine_tune_recipe_leaves_no_inference_tensor_after_testing(tmp_path):
+    """trainer.test runs under inference mode and restores the best checkpoint, so the fine-tuned expert
+    rebuilds its net there; a net built in inference mode is made of inference tensors, which the report
+    after the test cannot move (on a GPU the module goes back to the CPU after testing: 'Inference
+    tensors do not track version counter'). The expert builds it outside inference mode."""
+    import lightning as L
+
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
+
+    class Keep(L.Callback):
+        module = None
+
+        def on_test_end(self, trainer, module) -> None:
+            Keep.module = module
+
+    make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
+    cfg = compose_config(["data=text_csv", "model=text_finetune", "modality=t", f"data.path={tmp_path / 'table.csv'}",
+                          "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
+                          "data.cv_folds=3", "model.net.encoder.cache_dir=null", "model.net.encoder.max_length=32",
+                          "model.net.experts.2.trainable_layers=1", "model.net.experts.2.inner_folds=2",
+                          "model.net.experts.2.epochs=1", "model.baselines.enabled=false", "trainer.max_epochs=2",
+                          "model.robustness.n_texts=4", "trainer.enable_progress_bar=false", "logger=none"],
+                         tmp_path / "out")
+    results = train(cfg, extra_callbacks=[Keep()])
+    assert (tmp_path / "out" / "test_metrics.json").is_file() and "robustness" in results
+    expert = Keep.module.net.experts[-1]
+    assert expert.__dict__["_net"] is not None  # rebuilt from the restored checkpoint while testing
+    assert _inference_tensors(Keep.module) == []

@@ -17,6 +17,7 @@ from empathic_fusion.config.checks import ConfigError, finite, one_of, require
 from empathic_fusion.core.branches import MODALITIES
 
 FUSION_HEADS = ("similarity", "regression", "cosine", "constant")  # built by empathic_fusion/models/components/heads.py
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")  # torch.compile's
 
 
 def _optimizer_problems(optimizer: Dict[str, Any], scheduler: Optional[Dict[str, Any]]) -> list[str]:
@@ -53,6 +54,9 @@ class FusionModelConfig:
     needs: List[str] = field(default_factory=list)  # modalities the model cannot run without (story_similarity: [text])
     modality_dropout: float = 0.0                # training only: each modality of each window masked as a whole with
     #                                              this probability, never all of a window's (docs/evaluation.md)
+    compile: bool = False                        # torch.compile the net and head (docs/scaling.md)
+    compile_mode: Optional[str] = None           # null: reduce-overhead (CUDA graphs) on a GPU, default on a CPU
+    compile_backend: str = "inductor"            # torch.compile's backend (aot_eager: capture only, no code generation)
 
     def __post_init__(self) -> None:
         problems = _check_net(self.net) + _optimizer_problems(self.optimizer, self.scheduler)
@@ -61,7 +65,9 @@ class FusionModelConfig:
                 "head": (self.head in FUSION_HEADS, one_of(FUSION_HEADS)),
                 "needs": (set(self.needs) <= set(MODALITIES), f"a subset of {list(MODALITIES)}"),
                 "modality_dropout": (finite(self.modality_dropout) and 0 <= self.modality_dropout < 1,
-                                     "a probability in [0, 1)")})
+                                     "a probability in [0, 1)"),
+                "compile_mode": (self.compile_mode is None or self.compile_mode in COMPILE_MODES,
+                                 f"null or {one_of(COMPILE_MODES)}")})
         except ConfigError as error:
             problems += error.problems
         if problems:

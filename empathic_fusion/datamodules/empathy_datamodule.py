@@ -416,7 +416,7 @@ class EmpathyDataModule(L.LightningDataModule):
             world, rank = _world()
             windows = DistributedSampler(range(len(data)), num_replicas=world, rank=rank,
                                          shuffle=kwargs.get("shuffle", False), seed=self.seed)
-        return DataLoader(data, sampler=IndexBatchSampler(windows, self.batch_size), batch_size=None,
+        return DataLoader(data, sampler=IndexBatchSampler(windows, self.batch_size, device=where), batch_size=None,
                           num_workers=workers, persistent_workers=workers > 0,
                           pin_memory=where.type == "cpu" and device.type == "cuda")
 

@@ -482,15 +482,19 @@ class IndexBatchSampler(DistributedSampler):
     `DistributedSampler` over the split), for a DataLoader with `batch_size=None`.
 
     A `DistributedSampler` itself so Lightning leaves it in place under DDP (sharding is the inner
-    sampler's); `set_epoch` reaches the inner sampler.
+    sampler's); `set_epoch` reaches the inner sampler. With a GPU `device` (frame arrays in its memory)
+    the epoch's order is copied there once and each batch is a slice of it: a batch's positions copied
+    from the host one by one would make the host wait for the device at every step.
     """
 
-    def __init__(self, windows: Sampler[int], batch_size: int, drop_last: bool = False):
+    def __init__(self, windows: Sampler[int], batch_size: int, drop_last: bool = False,
+                 device: torch.device | str = "cpu"):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.windows = windows
         self.batch_size = int(batch_size)
         self.drop_last = drop_last
+        self.device = torch.device(device)
         # DistributedSampler's attributes, as Lightning reads them (e.g. `shuffle`), taken from the inner sampler
         self.dataset = getattr(windows, "dataset", None)
         self.num_replicas = getattr(windows, "num_replicas", 1)
@@ -504,9 +508,11 @@ class IndexBatchSampler(DistributedSampler):
         if hasattr(self.windows, "set_epoch"):
             self.windows.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[list[int] | torch.Tensor]:
         order = list(self.windows)
         stop = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
+        if self.device.type != "cpu":
+            order = torch.tensor(order, dtype=torch.long).to(self.device)
         for begin in range(0, stop, self.batch_size):
             yield order[begin: begin + self.batch_size]
 

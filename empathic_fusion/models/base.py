@@ -7,7 +7,9 @@ where `cfg.model._target_` names the module class and `net._target_` the network
 owns
 - the optimizer and scheduler, built from the `_partial_` configs of conf/optimizer and
   conf/scheduler (the composed model config holds them; no defaults live in code),
-- the collection of per-stage outputs (`collect`; torchmetrics CatMetric, gathered across processes),
+- the collection of per-stage outputs (`collect`: plain lists of device tensors, concatenated and
+  gathered across processes once per epoch),
+- the training loss without a host sync per step (`log_training_loss`),
 - a self-describing checkpoint header, `checkpoint["empathic_fusion"]` (`HEADER_KEY`): the module's
   and its net's registered names (`module`, `model`; empathic_fusion/core/registry.py, so
   models/checkpoints.py rebuilds any checkpoint, and moving a class does not break it), its format,
@@ -24,7 +26,7 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from torchmetrics import CatMetric
+from torchmetrics.utilities.distributed import gather_all_tensors
 
 from empathic_fusion.core.registry import registered_name
 from empathic_fusion.datamodules.protocol import EmpathyData
@@ -60,10 +62,10 @@ class EmpathyLightningModule(L.LightningModule):
         self.scheduler_cfg = dict(scheduler) if scheduler else None
         self.data_info = dict(data_info)
         self.run_config = dict(run_config)
-        self.collected = torch.nn.ModuleDict({
-            f"{stage}_outputs": torch.nn.ModuleDict({k: CatMetric(nan_strategy="disable") for k in self.collected_keys})
-            for stage in STAGES
-        })  # "train" itself would clash with nn.Module.train
+        self.collected: dict[str, dict[str, list[torch.Tensor]]] = {
+            stage: {k: [] for k in self.collected_keys} for stage in STAGES}
+        self.__dict__["_loss_sums"] = None  # training loss x windows since the last log and in the epoch (device)
+        self._loss_counts = [0, 0]  # windows in those sums
         self.results: dict[str, Any] = {}
         self.test_predictions: dict[str, Any] = {}
         self.data_description: dict[str, Any] = {}  # the datamodule's describe(), kept in the header
@@ -103,16 +105,16 @@ class EmpathyLightningModule(L.LightningModule):
             check_attributes(list(evaluation["groups"]), *self.group_attributes(datamodule))
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
-                              split: str, test_csv: str | None = None) -> EmpathyData:
+                              split: str, test_csv: str | None = None,
+                              trainer: L.Trainer | None = None) -> EmpathyData:
         """The datamodule of the run this checkpoint was trained in (data.* / features.* overrides
-        applied), set up so that its test split is `split` (test or val)."""
+        applied), set up so that its test split is `split` (test or val), for `trainer`'s device."""
         if test_csv:
             raise ValueError(f"test_csv= scores a text table with a text checkpoint; this checkpoint is a "
                              f"{type(self).__name__}: use data.* overrides instead")
         datamodule = self.instantiate_datamodule({**self.run_config["data"], **data_overrides},
                                                  {**self.run_config["features"], **features_overrides})
-        datamodule.prepare_data()
-        datamodule.setup("test")
+        set_up(datamodule, trainer, "test")
         return datamodule
 
     def instantiate_datamodule(self, data_cfg: dict[str, Any], features_cfg: dict[str, Any]) -> EmpathyData:
@@ -121,19 +123,60 @@ class EmpathyLightningModule(L.LightningModule):
 
     # ---- shared plumbing --------------------------------------------------------------------------
     def collect(self, stage: str, **values: torch.Tensor) -> None:
-        store = self.collected[f"{stage}_outputs"]
+        """Keep a step's outputs, on their device (nothing is read back before the epoch ends)."""
+        store = self.collected[stage]
         for key, value in values.items():
-            store[key].update(value.detach().float())
+            store[key].append(value.detach())
 
     def collected_outputs(self, stage: str) -> dict[str, torch.Tensor] | None:
-        """This stage's collected tensors (on the CPU, every process's under DDP), then reset; None when empty."""
-        store = self.collected[f"{stage}_outputs"]
-        if not self.collected_keys or store[self.collected_keys[0]].update_count == 0:
+        """This stage's collected tensors as float32 on the CPU (every process's, in rank order, under DDP),
+        then reset; None when empty."""
+        store = self.collected[stage]
+        if not self.collected_keys or not store[self.collected_keys[0]]:
             return None
-        outputs = {key: metric.compute().cpu() for key, metric in store.items()}
-        for metric in store.values():
-            metric.reset()
+        outputs = {}
+        for key, parts in store.items():
+            values = torch.cat(parts).float()
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                values = torch.cat(gather_all_tensors(values))  # ranks may hold different counts
+            outputs[key] = values.cpu()
+            parts.clear()
         return outputs
+
+    def log_training_loss(self, loss: torch.Tensor, batch_size: int, batch_idx: int) -> None:
+        """The training loss, summed on the device instead of read back every step: every
+        `trainer.log_every_n_steps` steps the mean since the last log goes to the loggers (`train/loss_step`),
+        and at the epoch's last batch the epoch's mean, weighted by windows, to the loggers, the progress
+        bar and the callbacks (`train/loss`). The only reads are those logs'."""
+        sums = self.__dict__["_loss_sums"]
+        if sums is None or sums.device != loss.device:
+            sums = self.__dict__["_loss_sums"] = torch.zeros(2, device=loss.device)
+            self._loss_counts = [0, 0]
+        sums.add_(loss.detach().float(), alpha=batch_size)
+        self._loss_counts = [count + batch_size for count in self._loss_counts]
+        trainer = self._trainer
+        if trainer is None:
+            return
+        if (trainer.global_step + 1) % max(1, trainer.log_every_n_steps) == 0:
+            if trainer.loggers and trainer.is_global_zero:  # straight to the loggers: self.log costs more than a step
+                value = float(sums[0] / self._loss_counts[0])
+                for logger in trainer.loggers:
+                    logger.log_metrics({"train/loss_step": value}, step=trainer.global_step)
+            sums[0].zero_()
+            self._loss_counts[0] = 0
+        if trainer.is_last_batch or batch_idx + 1 >= trainer.num_training_batches:
+            self.log("train/loss", sums[1] / self._loss_counts[1], on_step=False, on_epoch=True, prog_bar=True,
+                     batch_size=1)
+            sums[1].zero_()
+            self._loss_counts[1] = 0
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """A batch dict (of tensors, and dicts of tensors per modality) moved to `device`, tensors already there
+        kept: Lightning's generic walk over nested collections costs a sizeable share of a small model's step.
+        Other batches go the generic way."""
+        if not isinstance(batch, dict):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        return {key: _to_device(value, device) for key, value in batch.items()}
 
     def _epoch_end(self, stage: str) -> None:
         outputs = self.collected_outputs(stage)
@@ -192,6 +235,28 @@ class EmpathyLightningModule(L.LightningModule):
         lightning = {k: scheduler_cfg.pop(k) for k in ("interval", "frequency") if k in scheduler_cfg}
         scheduler = hydra.utils.instantiate(scheduler_cfg)(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, **lightning}}
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.device == device else value.to(device, non_blocking=True)
+    if isinstance(value, dict):
+        return {key: _to_device(item, device) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and not any(isinstance(v, (torch.Tensor, dict)) for v in value):
+        return value  # plain values (texts, ids)
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    return move_data_to_device(value, device)
+
+
+def set_up(datamodule: EmpathyData, trainer: L.Trainer | None, stage: str) -> None:
+    """prepare_data and setup(stage) for the device `trainer` runs on: attached before setup, the trainer
+    tells the datamodule where batches will be used (Lightning attaches it only inside fit/test, after
+    the setup that the model's construction needs). None: the CPU."""
+    if trainer is not None:
+        datamodule.trainer = trainer
+    datamodule.prepare_data()
+    datamodule.setup(stage)
 
 
 def build_datamodule(data_cfg: dict[str, Any], features_cfg: dict[str, Any], modalities: list[str]) -> EmpathyData:

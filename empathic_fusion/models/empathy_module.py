@@ -69,7 +69,8 @@ class EmpathyModule(EmpathyLightningModule):
 
     def __init__(self, net: dict[str, Any], head: str, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
                  data_info: dict[str, Any], run_config: dict[str, Any], needs: list[str] | None = None,
-                 modality_dropout: float = 0.0):
+                 modality_dropout: float = 0.0, compile: bool = False, compile_mode: str | None = None,
+                 compile_backend: str = "inductor"):
         super().__init__(optimizer, scheduler, data_info, run_config)
         self.save_hyperparameters()
         self.modalities = list(data_info["modalities"])
@@ -92,6 +93,8 @@ class EmpathyModule(EmpathyLightningModule):
             warnings.warn(f"model.modality_dropout={modality_dropout} with the one modality {self.modalities}: "
                           "nothing can be dropped, training without modality dropout", stacklevel=2)
         self.dropout_generator: torch.Generator | None = None
+        self.compile_settings = {"mode": compile_mode, "backend": compile_backend} if compile else None
+        self.__dict__["_compiled"] = None  # the compiled scorer, made on first use (not a submodule: same state dict)
 
     def threshold_rating(self, evaluation: dict[str, Any]) -> float:
         """The Acc/F1 threshold of `evaluation` settings as a rating on the training data's scale (its
@@ -140,7 +143,28 @@ class EmpathyModule(EmpathyLightningModule):
     def forward(self, batch: dict) -> torch.Tensor:
         """Predicted empathy on the cosine scale, one value per window."""
         self._check_batch(batch)
+        if self.compile_settings is None:
+            return self.scores(batch)
+        return self._compiled_scores(batch["story"].device)(batch)
+
+    def scores(self, batch: dict) -> torch.Tensor:
+        """The net and the head: what `model.compile=true` compiles."""
         return self.head(self.net(batch), batch["story"])
+
+    def _compiled_scores(self, device: torch.device):
+        """`scores` through torch.compile (one graph per batch shape: a split's full batches and its last one).
+        On a GPU the default mode is reduce-overhead: CUDA graphs, replayed with one launch instead of one per
+        kernel; nn.LSTM is not traced by Dynamo and runs as it is between the compiled parts."""
+        compiled = self.__dict__["_compiled"]
+        if compiled is None:
+            settings = self.compile_settings
+            mode = settings["mode"] or ("reduce-overhead" if device.type == "cuda" else "default")
+            compiled = self.__dict__["_compiled"] = torch.compile(self.scores, mode=mode, dynamic=False,
+                                                                  backend=settings["backend"])
+            self.__dict__["_cuda_graphs"] = mode == "reduce-overhead" and device.type == "cuda"
+        if self.__dict__.get("_cuda_graphs"):
+            torch.compiler.cudagraph_mark_step_begin()  # outputs of the last replay may be overwritten from here
+        return compiled
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -161,12 +185,15 @@ class EmpathyModule(EmpathyLightningModule):
         super().on_load_checkpoint(checkpoint)
         self.normalization = dict(checkpoint.get(STATS_KEY) or {})
 
-    def _step(self, batch: dict, stage: str) -> torch.Tensor:
+    def _step(self, batch: dict, stage: str, batch_idx: int) -> torch.Tensor:
         pred = self(batch)
         loss = F.mse_loss(pred, batch["target"])
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True,
-                 batch_size=len(pred))
-        self.collect(stage, pred=pred, target=batch["target"], rating=batch["rating_index"])
+        if stage == "train":
+            self.log_training_loss(loss, len(pred), batch_idx)
+        else:
+            self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=True, batch_size=len(pred))
+        kept = pred.detach().clone() if self.compile_settings else pred  # a CUDA graph's next replay reuses its output
+        self.collect(stage, pred=kept, target=batch["target"], rating=batch["rating_index"])
         return loss
 
     def on_fit_start(self) -> None:
@@ -187,14 +214,14 @@ class EmpathyModule(EmpathyLightningModule):
             if self.dropout_generator is None:  # a step outside trainer.fit
                 self.on_train_start()
             batch = modality_dropout(batch, self.modalities, self.modality_dropout, self.dropout_generator)
-        loss = self._step(batch, "train")
+        loss = self._step(batch, "train", batch_idx)
         return loss if loss.requires_grad else None  # None: nothing to train, Lightning skips the step
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._step(batch, "val")
+        self._step(batch, "val", batch_idx)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._step(batch, "test")
+        self._step(batch, "test", batch_idx)
 
     def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
         pred, target, rating = outputs["pred"], outputs["target"], outputs["rating"].long()
@@ -214,8 +241,9 @@ class EmpathyModule(EmpathyLightningModule):
                                      "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
-                              split: str, test_csv: str | None = None) -> L.LightningDataModule:
-        datamodule = super().evaluation_datamodule(data_overrides, features_overrides, split, test_csv)
+                              split: str, test_csv: str | None = None,
+                              trainer: L.Trainer | None = None) -> L.LightningDataModule:
+        datamodule = super().evaluation_datamodule(data_overrides, features_overrides, split, test_csv, trainer)
         self.check_rating_scale(datamodule.dataset)
         if split == "val":
             datamodule.datasets["test"] = datamodule.datasets["val"]

@@ -254,11 +254,13 @@ class TextEmpathyModule(EmpathyLightningModule):
                  "; ".join(f"{name} {v['held_out_r']:.3f}, {'-' if v['alpha'] is None else format(v['alpha'], 'g')}, "
                            f"{v['weight']:.3f}" for name, v in self.stack_report.items()))
 
-    def _step(self, batch: dict, stage: str) -> torch.Tensor:
+    def _step(self, batch: dict, stage: str, batch_idx: int) -> torch.Tensor:
         z = self.net(batch)
         loss = nn.functional.mse_loss(z, (batch["target"] - self.target_mean) / self.target_std)
-        self.log(f"{stage}/loss", loss, batch_size=len(batch["target"]), prog_bar=stage != "test",
-                 sync_dist=stage != "train")
+        if stage == "train":
+            self.log_training_loss(loss, len(batch["target"]), batch_idx)
+        else:
+            self.log(f"{stage}/loss", loss, batch_size=len(batch["target"]), prog_bar=stage != "test", sync_dist=True)
         if stage != "train":
             self.collect(stage, pred=z.detach() * self.target_std + self.target_mean, target=batch["target"],
                          row=batch["row"])
@@ -272,17 +274,17 @@ class TextEmpathyModule(EmpathyLightningModule):
         return {**batch, "expert_scores": scores.to(self.device)}
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        return self._step(self._with_fit_scores(batch) if self.net.experts else batch, "train")
+        return self._step(self._with_fit_scores(batch) if self.net.experts else batch, "train", batch_idx)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         fitting = self.net.experts and "_fit_scores" in self.__dict__  # validate() outside fit: scored afresh
-        self._step(self._with_fit_scores(batch) if fitting else batch, "val")
+        self._step(self._with_fit_scores(batch) if fitting else batch, "val", batch_idx)
 
     def on_fit_end(self) -> None:
         self.__dict__.pop("_fit_scores", None)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._step(batch, "test")
+        self._step(batch, "test", batch_idx)
 
     def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
         pred, target, row = outputs["pred"], outputs["target"], outputs["row"].long()
@@ -324,13 +326,16 @@ class TextEmpathyModule(EmpathyLightningModule):
         return groups
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
-                              split: str, test_csv: str | None = None) -> TextDataModule:
+                              split: str, test_csv: str | None = None,
+                              trainer: L.Trainer | None = None) -> TextDataModule:
         """The checkpoint's own fold (split=test), its validation rows (split=val) or every row of
         `test_csv` (same columns), with the checkpoint's persona vocabulary and target scaling."""
         data_cfg = {**self.run_config["data"], **data_overrides}
         if test_csv:
             data_cfg.update(path=str(test_csv), test_all=True, cv_fold=None, max_rows=None)
         datamodule = self.instantiate_datamodule(data_cfg, {**self.run_config["features"], **features_overrides})
+        if trainer is not None:
+            datamodule.trainer = trainer
         datamodule.setup("test")
         info = self.data_info  # the checkpoint's persona vocabulary and scaling, never refitted
         datamodule.apply_fitted(PersonaEncoder.from_state(info["persona"]), np.asarray(info["target_mean"]),
