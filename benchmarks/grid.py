@@ -60,13 +60,15 @@ from empathic_fusion.core.branches import BRANCH_MODALITY, INDEXED  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
 from empathic_fusion.core.files import canonical_hash  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore  # noqa: E402
+from empathic_fusion.models.base import set_up  # noqa: E402
 
 FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
 FULL_WINDOWS = 99_357  # Story Share windows
 FPS, FRAMES = 15, 120
 
 
-def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dict[str, int], seed: int = 0) -> dict:
+def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dict[str, int], seed: int = 0,
+                    story_dim: int = 384) -> dict:
     """Dataset tables + store at `fraction` of the corpus; the store is reused when `root` already holds the
     same one. Each branch is recorded with the signature a real extraction would record now
     (`branch_signature`), so the datamodule reads it as fresh; when the extractors' signatures change,
@@ -103,7 +105,7 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
         transcripts[sid].to_csv(data / "transcripts" / f"{sid}.csv", index=False)
     dataset, cfg = load_dataset(data), with_defaults(features_config(branch_dims))
     signatures = {sid: {b: branch_signature(store, dataset, sid, b, cfg) for b in branch_dims} for sid in ids}
-    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 3,
+    spec = {"fraction": fraction, "sessions": sessions, "dims": branch_dims, "seed": seed, "version": 3, "story": story_dim,
             "signatures": canonical_hash(signatures)}
     done = root / "spec.json"
     if done.exists() and json.loads(done.read_text()) == spec:
@@ -124,7 +126,7 @@ def write_synthetic(root: Path, fraction: float, sessions: int, branch_dims: dic
                 arrays = {"features": rng.standard_normal((n_frames, dim), dtype=np.float32).astype(np.float16),
                           "mask": (rng.random(n_frames) < 0.9).astype(np.uint8)}
             store.write_branch(sid, branch, arrays, signature, info)
-    store.write_branch(DATASET_KEY, "stories", {"embeddings": rng.standard_normal((8, 384)).astype(np.float16)},
+    store.write_branch(DATASET_KEY, "stories", {"embeddings": rng.standard_normal((8, story_dim)).astype(np.float16)},
                        {"extractor": "synthetic"}, {"story_ids": stories})
     done.write_text(json.dumps(spec))
     return spec
@@ -146,10 +148,8 @@ def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str
     dm = EmpathyDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
                            name="grid", batch_size=batch_size, extract_workers=1, loader=loader,
                            frames=frames, device_memory_gb=memory_gb)
-    if trainer is not None:
-        dm.trainer = trainer
     dm.prepare_data = lambda: None  # measure the store as it is: no extraction (the synthetic one has no media)
-    dm.setup("fit")
+    set_up(dm, trainer, "fit")  # as train.py: placed for the trainer's device
     return dm
 
 
@@ -206,13 +206,15 @@ def _trainer(args: argparse.Namespace, callbacks: list) -> L.Trainer:
                      limit_val_batches=0, callbacks=callbacks)  # over as many epochs as the steps take
 
 
-def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None) -> dict[str, Any]:
+def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None,
+               trainer: L.Trainer | None = None) -> dict[str, Any]:
     """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches.
-    Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock)."""
+    Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock).
+    `trainer`: the one the datamodule was set up for (its callbacks hold a StepTimer); None: a new one."""
     L.seed_everything(0, workers=False)
-    module = fusion_module(name, dm.modalities, dm.input_dims)
-    timer = StepTimer(args.warmup)
-    trainer = _trainer(args, [timer])
+    module = fusion_module(name, dm.modalities, dm.input_dims, {"compile": args.compile} if args.compile else None)
+    trainer = trainer or _trainer(args, [StepTimer(args.warmup)])
+    timer = next(c for c in trainer.callbacks if isinstance(c, StepTimer))
     if preloaded is None:
         trainer.fit(module, datamodule=dm)
     else:
@@ -228,11 +230,11 @@ def _run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argpars
     --frames says), model, --steps steps; with its setup time and the process's peak RSS."""
     torch.set_num_threads(threads)
     began = time.perf_counter()
-    trainer = _trainer(args, []) if args.device == "cuda" else None
+    trainer = _trainer(args, [StepTimer(args.warmup)])  # first, as in train.py: the data is placed for its device
     dm = datamodule(root, dims, "batched", args.batch_size, args.device_memory_gb, args.frames, trainer)
     setup = time.perf_counter() - began
     barrier.wait()
-    result = train_rate(name, dm, args, None)
+    result = train_rate(name, dm, args, None, trainer)
     results.put({**result, "setup_s": setup, "frames": dm.frames.where or f"in memory on {dm.frames.device}",
                  "in_memory_gb": dm.frames.nbytes() / 1e9, "disk_gb": dm.frames.disk_nbytes() / 1e9,
                  "peak_rss_gib": peak_rss_gib()})
@@ -365,7 +367,8 @@ def _gb(value: float) -> str:
 def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None, fractions: list[dict]) -> list[str]:
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     lines = [f"{device}, batch {args.batch_size}, {FRAMES} frames, branches {dims}, {args.precision}, "
-             f"{args.sessions} sessions, torch threads {torch.get_num_threads()}", ""]
+             f"compile {'on (model.compile=true)' if args.compile else 'off'}, {args.sessions} sessions, "
+             f"torch threads {torch.get_num_threads()}", ""]
     if compared is not None:
         loaders, c = compared["loaders"], compared
         written = loaders["memory"][0] * c["window_bytes"] / 1e9
@@ -485,6 +488,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--reference-batches", type=int, default=8, help="timed batches of the reference loader")
     parser.add_argument("--device-memory-gb", type=float, default=8.0)
     parser.add_argument("--precision", default=None, help="default: bf16-mixed on cuda, 32-true on cpu")
+    parser.add_argument("--compile", action="store_true", help="train with model.compile=true (torch.compile)")
     parser.add_argument("--subsets", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10)

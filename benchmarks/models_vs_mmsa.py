@@ -3,10 +3,15 @@ hyperparameters and equal dims, plus our LF-LSTM and AMER on their own, on one d
 
     OMP_NUM_THREADS=1 python benchmarks/models_vs_mmsa.py                 # CPU, 1 thread
     python benchmarks/models_vs_mmsa.py --steps 20 --threads 2            # CPU, 2 threads
+    python benchmarks/models_vs_mmsa.py --device cuda --out docs/results/models_vs_mmsa_gpu.md
+                                        # a GPU: fp32, fp32 with TF32 matmuls, bf16 autocast, bf16 weights
 
 Same batch for both sides (64 windows x 120 frames, text 384, audio 65, video 2762, random features
 with a valid prefix per window as in benchmarks/train_throughput.py), same optimizer (AdamW, lr 1e-4),
-MSE loss; one step = forward + backward + optimizer step. Our models run through EmpathyModule with
+MSE loss; one step = forward + backward + optimizer step, in each `--precisions` (32: float32 matmuls
+in full precision; 32-tf32: TF32 matmuls, torch.set_float32_matmul_precision("high"); bf16-mixed: bf16
+autocast; bf16-true: weights and inputs in bf16). Each step's ATen op count (one dispatch each; on a
+GPU about one kernel launch) is given beside its time. Our models run through EmpathyModule with
 the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
 video already time-averaged: the plain mean over time is part of its step, as the masked mean is
 part of ours. Steps of the models being compared are interleaved in one process (ours, theirs,
@@ -30,6 +35,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -65,33 +71,83 @@ def import_mmsa(source: Path = MMSA_DIR) -> Any:
     return SimpleNamespace(TFN=tfn.TFN, EF_LSTM=ef_lstm.EF_LSTM)
 
 
-def our_step(name: str, overrides: dict[str, Any], dims: dict[str, int]) -> Callable[[dict], None]:
-    module = fusion_module(name, MODALITIES, dims, **overrides).train()
+PRECISIONS = ("32", "32-tf32", "bf16-mixed", "bf16-true")
+
+
+def _cast(batch: dict, dtype: torch.dtype | None) -> dict:
+    """The batch with its float tensors in `dtype` (None: as they are)."""
+    if dtype is None:
+        return batch
+    return {k: (_cast(v, dtype) if isinstance(v, dict) else v.to(dtype) if v.is_floating_point() else v)
+            for k, v in batch.items()}
+
+
+def _precision(precision: str, device: torch.device) -> tuple[Any, torch.dtype | None]:
+    """(autocast context, dtype of the model and inputs) for a precision; sets the float32 matmul mode."""
+    torch.set_float32_matmul_precision("high" if precision == "32-tf32" else "highest")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed")
+    return autocast, torch.bfloat16 if precision == "bf16-true" else None
+
+
+def our_step(name: str, overrides: dict[str, Any], dims: dict[str, int], device: torch.device,
+             precision: str) -> tuple[Callable[[dict], None], torch.nn.Module]:
+    autocast, dtype = _precision(precision, device)
+    module = fusion_module(name, MODALITIES, dims, **overrides).to(device).train()
+    if dtype is not None:
+        module = module.to(dtype)
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
 
     def step(batch: dict) -> None:
         optimizer.zero_grad(set_to_none=True)
-        F.mse_loss(module(batch), batch["target"]).backward()
+        with autocast:
+            loss = F.mse_loss(module(batch).float(), batch["target"].float())
+        loss.backward()
         optimizer.step()
-    return step
+    return step, module
 
 
-def mmsa_step(model: torch.nn.Module, pooled: bool) -> Callable[[dict], None]:
-    model.train()
+def mmsa_step(model: torch.nn.Module, pooled: bool, device: torch.device,
+              precision: str) -> tuple[Callable[[dict], None], torch.nn.Module]:
+    autocast, dtype = _precision(precision, device)
+    model = model.to(device).train()
+    if dtype is not None:
+        model = model.to(dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step(batch: dict) -> None:
         text, audio, video = (batch[m]["x"] for m in ("text", "audio", "video"))
-        if pooled:  # MMSA's TFN reads audio/video averaged over time, (B, 1, F)
-            audio, video = audio.mean(dim=1, keepdim=True), video.mean(dim=1, keepdim=True)
         optimizer.zero_grad(set_to_none=True)
-        F.mse_loss(model(text, audio, video)["M"].squeeze(-1), batch["target"]).backward()
+        with autocast:
+            if pooled:  # MMSA's TFN reads audio/video averaged over time, (B, 1, F)
+                audio, video = audio.mean(dim=1, keepdim=True), video.mean(dim=1, keepdim=True)
+            loss = F.mse_loss(model(text, audio, video)["M"].squeeze(-1).float(), batch["target"].float())
+        loss.backward()
         optimizer.step()
-    return step
+    return step, model
 
 
-def interleaved(steps: dict[str, Callable[[dict], None]], batch: dict, n: int, warmup: int) -> dict[str, float]:
-    """Seconds per step of each callable, taking turns (order reversed every round)."""
+class _OpCount(TorchDispatchMode):
+    """ATen ops dispatched (on a GPU, about one kernel launch each)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_per_step(step: Callable[[dict], None], batch: dict) -> int:
+    with _OpCount() as ops:
+        step(batch)
+    return ops.count
+
+
+def interleaved(steps: dict[str, Callable[[dict], None]], batch: dict, n: int, warmup: int,
+                device: torch.device) -> dict[str, float]:
+    """Seconds per step of each callable, taking turns (order reversed every round); on a GPU each step is
+    timed with CUDA events (the host runs ahead of the device otherwise)."""
     names = list(steps)
     for _ in range(warmup):
         for name in names:
@@ -99,9 +155,17 @@ def interleaved(steps: dict[str, Callable[[dict], None]], batch: dict, n: int, w
     total = dict.fromkeys(names, 0.0)
     for i in range(n):
         for name in (names if i % 2 == 0 else names[::-1]):
-            start = time.perf_counter()
-            steps[name](batch)
-            total[name] += time.perf_counter() - start
+            if device.type == "cuda":
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                steps[name](batch)
+                stop.record()
+                stop.synchronize()
+                total[name] += start.elapsed_time(stop) / 1e3
+            else:
+                began = time.perf_counter()
+                steps[name](batch)
+                total[name] += time.perf_counter() - began
     return {name: seconds / n for name, seconds in total.items()}
 
 
@@ -111,6 +175,9 @@ def load() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precisions", default=None,
+                        help=f"comma-separated, of {list(PRECISIONS)} (default: 32 on cpu, all four on cuda)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per model")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -122,6 +189,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but torch sees no GPU")
+    args.precisions = (args.precisions or ("32" if args.device == "cpu" else ",".join(PRECISIONS))).split(",")
+    unknown = set(args.precisions) - set(PRECISIONS)
+    if unknown:
+        parser.error(f"--precisions: unknown {sorted(unknown)}; choose from {list(PRECISIONS)}")
     return args
 
 
@@ -130,35 +203,49 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     quiet_machine_guard(args, Measures.TIME)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     dims = {"video": 2762, "audio": 65, "text": 384, "story": 384, "traits": 6}
-    batch = SyntheticBatches(1, args.batch_size, args.frames, dims).batches[0]
+    host_batch = SyntheticBatches(1, args.batch_size, args.frames, dims).batches[0]
     models = args.models.split(",")
     mmsa = import_mmsa(args.mmsa) if {"tfn", "ef_lstm"} & set(models) else None
     mmsa_args = {"feature_dims": (dims["text"], dims["audio"], dims["video"]), "train_mode": "regression",
                  "seq_lens": args.frames}
-    lines = [f"cpu, {torch.get_num_threads()} threads, batch {args.batch_size} x {args.frames} frames, dims {dims}, "
-             f"{args.steps} timed steps after {args.warmup} warm-up, {load()} at start", "",
-             "| model | ours samples/s | MMSA samples/s | ours / MMSA | load (1/5/15 min) |",
-             "|---|---|---|---|---|"]
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    lines = [f"{where}, batch {args.batch_size} x {args.frames} frames, dims {dims}, {args.steps} timed steps after "
+             f"{args.warmup} warm-up{' (CUDA events)' if device.type == 'cuda' else ''}, {load()} at start. "
+             "ops/step: ATen ops dispatched in one training step (about one kernel launch each on a GPU).", "",
+             "| precision | model | ours ms/step | MMSA ms/step | ours / MMSA speed | ours ops/step | MMSA ops/step | "
+             "load (1/5/15 min) |", "|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines))
     rows = []
-    for name in models:
-        torch.manual_seed(0)
-        if name == "tfn":
-            steps = {"ours": our_step("tfn", OUR_TFN, dims),
-                     "mmsa": mmsa_step(mmsa.TFN(SimpleNamespace(**mmsa_args, **MMSA_TFN)), pooled=True)}
-        elif name == "ef_lstm":
-            steps = {"ours": our_step("ef_lstm", OUR_EF_LSTM, dims),
-                     "mmsa": mmsa_step(mmsa.EF_LSTM(SimpleNamespace(**mmsa_args, **MMSA_EF_LSTM)), pooled=False)}
-        else:  # no MMSA counterpart: our own speed with the conf/model settings
-            steps = {"ours": our_step(name, {}, dims)}
-        seconds = interleaved(steps, batch, args.steps, args.warmup)
-        row = {"model": name, **{f"{k}_samples_per_s": args.batch_size / v for k, v in seconds.items()}}
-        ours, theirs = row["ours_samples_per_s"], row.get("mmsa_samples_per_s")
-        ratio = f"{ours / theirs:.2f}x" if theirs else "-"
-        lines.append(f"| {name} | {ours:,.0f} | {f'{theirs:,.0f}' if theirs else '-'} | {ratio} | {load()} |")
-        print(lines[-1], flush=True)
-        rows.append(row)
+    for precision in args.precisions:
+        _, dtype = _precision(precision, device)
+        batch = _cast({k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
+                       for k, v in host_batch.items()}, dtype)
+        for name in models:
+            torch.manual_seed(0)
+            if name == "tfn":
+                steps = {"ours": our_step("tfn", OUR_TFN, dims, device, precision)[0],
+                         "mmsa": mmsa_step(mmsa.TFN(SimpleNamespace(**mmsa_args, **MMSA_TFN)), True, device, precision)[0]}
+            elif name == "ef_lstm":
+                steps = {"ours": our_step("ef_lstm", OUR_EF_LSTM, dims, device, precision)[0],
+                         "mmsa": mmsa_step(mmsa.EF_LSTM(SimpleNamespace(**mmsa_args, **MMSA_EF_LSTM)), False, device,
+                                           precision)[0]}
+            else:  # no MMSA counterpart: our own speed with the conf/model settings
+                steps = {"ours": our_step(name, {}, dims, device, precision)[0]}
+            _precision(precision, device)
+            seconds = interleaved(steps, batch, args.steps, args.warmup, device)
+            ops = {side: ops_per_step(step, batch) for side, step in steps.items()}
+            row = {"precision": precision, "model": name, **{f"{k}_ms": v * 1e3 for k, v in seconds.items()},
+                   **{f"{k}_ops": v for k, v in ops.items()}}
+            ours, theirs = row["ours_ms"], row.get("mmsa_ms")
+            ratio = f"{theirs / ours:.2f}x" if theirs else "-"
+            lines.append(f"| {precision} | {name} | {ours:.2f} | {f'{theirs:.2f}' if theirs else '-'} | {ratio} | "
+                         f"{row['ours_ops']} | {row.get('mmsa_ops', '-')} | {load()} |")
+            print(lines[-1], flush=True)
+            rows.append(row)
+    torch.set_float32_matmul_precision("highest")
+    lines += ["", "ours / MMSA speed: MMSA's ms per step over ours (above 1: ours is faster)."]
     write_results(args, "Fusion models against MMSA's at equal dims", "\n".join(lines))
     return rows
 

@@ -102,11 +102,13 @@ class StepTimer(L.Callback):
             self.timed_steps = self.seen - self.warmup
 
 
-def fusion_module(name: str, modalities: list[str], input_dims: dict[str, int], **net_overrides: Any) -> EmpathyModule:
-    """conf/model/<name>.yaml's module, built as train.py builds it (net overrides applied)."""
+def fusion_module(name: str, modalities: list[str], input_dims: dict[str, int],
+                  module_overrides: dict[str, Any] | None = None, **net_overrides: Any) -> EmpathyModule:
+    """conf/model/<name>.yaml's module, built as train.py builds it (module settings, e.g. compile, and net
+    overrides applied)."""
     config = run_config(compose_config([f"model={name}"], ROOT / "logs" / "benchmarks"))
     model_cfg = config["model"]
-    return build_module({**model_cfg, "net": {**model_cfg["net"], **net_overrides}},
+    return build_module({**model_cfg, **(module_overrides or {}), "net": {**model_cfg["net"], **net_overrides}},
                         {"modalities": list(modalities), "input_dims": dict(input_dims)}, config)
 
 

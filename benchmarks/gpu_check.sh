@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Every GPU measurement of the project in one run of about 8 minutes on one H100, each part with its own
+# time limit, so a lent GPU machine is used in one call (../shared/GPU_CHECKLIST.md; docs/scaling.md).
+#
+#   python benchmarks/gpu_pack.py          # here: what a bare GPU machine lacks, in .gpu_pack/ (under 64 MiB)
+#   bash benchmarks/gpu_check.sh           # there, from the checkout's root, with .gpu_pack/ beside it
+#
+# Writes docs/results/gpu/gpu_check.md (the GPU tests, train.py on the GPU, the fine-tuned text recipe's
+# fold sweep, what could not run and why) and the GPU results of models_vs_mmsa, step_overhead and grid
+# (docs/results/gpu/*.md); with $OUT set (the device tool's output folder) they are copied there too,
+# with the logs. GPU_CHECK_DEVICE=cpu runs the same steps on a CPU at toy sizes, to try the script (its
+# results go to $GPU_CHECK_WORK/results, not into docs/).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+RESULTS=docs/results/gpu   # GPU results, beside the CPU ones in docs/results (not remade by make results)
+LOGS=logs/gpu_check
+WORK=${GPU_CHECK_WORK:-/tmp/empathic_gpu_check}
+mkdir -p "$LOGS" "$WORK"
+SUMMARY=$LOGS/summary.md
+: > "$SUMMARY"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+if [ -d .gpu_pack ]; then
+  PACK_ENV=$($PY benchmarks/gpu_pack.py --restore) || { echo "restoring .gpu_pack failed"; exit 1; }
+  eval "$PACK_ENV"
+  [ -f .gpu_pack/commit ] && export EMPATHIC_FUSION_COMMIT=$(cat .gpu_pack/commit)
+fi
+if [ "$DEVICE" = cuda ]; then
+  TRAINER=trainer=gpu; GRID="--fraction 0.05 --compare-fraction 0 --concurrent 4 --concurrent-models tfn"
+  STEPS="--rounds 1 --steps 30 --warmup 5 --compile --compile-models tfn"; MMSA="--steps 20 --warmup 5"; STORE="0.01, 20"
+  SWEEP="data.cv_fold=0,1,2 hydra.launcher.n_jobs=3"
+else
+  TRAINER="trainer=cpu trainer.max_epochs=1"; GRID="--fraction 0.001 --sessions 4 --compare-fraction 0 --concurrent 2 --concurrent-models tfn --steps 2 --allow-busy"
+  STEPS="--rounds 1 --steps 2 --warmup 1 --sizes tiny --allow-busy"; MMSA="--steps 1 --warmup 0 --batch-size 4 --frames 8 --allow-busy"
+  RESULTS=$WORK/results; STORE="0.002, 10"; SWEEP="data.cv_fold=0,1 hydra.launcher.n_jobs=2 data.max_rows=200 trainer.max_epochs=2 model.net.experts.2.inner_folds=2 model.net.experts.2.epochs=1 model.net.experts.2.trainable_layers=1"
+fi
+
+mkdir -p "$RESULTS"
+
+# part NAME SECONDS COMMAND...: run with a time limit, log to $LOGS/NAME.log, a line in the summary
+part() {
+  local name=$1 limit=$2; shift 2
+  local began=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  local status=$?
+  local outcome="passed"
+  [ $status -eq 124 ] || [ $status -eq 137 ] && outcome="stopped at its ${limit} s limit"
+  [ $status -ne 0 ] && [ "$outcome" = passed ] && outcome="failed (exit status $status)"
+  echo "| $name | $outcome | $((SECONDS - began)) s |" >> "$SUMMARY"
+  echo "$name: $outcome ($((SECONDS - began)) s)"
+  return $status
+}
+
+{
+  echo "# GPU check"; echo
+  echo "- machine: $($PY -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "| torch", torch.__version__, "| CUDA", torch.version.cuda)') | $(nproc) CPU cores | Python $($PY -c 'import platform; print(platform.python_version())')"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "- commit: $($PY -c 'import sys; sys.path.insert(0, "benchmarks"); from results import commit; print(commit())')"
+  echo "- command: \`bash benchmarks/gpu_check.sh\`"; echo
+  echo "| part | outcome | seconds |"; echo "|---|---|---|"
+} > "$LOGS/header.md"
+
+# 1. Not timed, side by side: the GPU tests, train.py on the GPU (LF-LSTM v+a+t as the demo trains, TFN v+t)
+#    on a synthetic store in the real format, and the fine-tuned text recipe's fold sweep on EmpatheticExchanges
+#    (folds at once on the one GPU, as hydra/launcher=shared_device runs a sweep).
+$PY -c "import sys; sys.path.insert(0, '.'); from benchmarks.grid import write_synthetic; \
+write_synthetic(__import__('pathlib').Path('$WORK/store'), $STORE, {'face': 1451, 'audio': 65, 'text': 384})" \
+  > "$LOGS/store.log" 2>&1
+DATA="data=empathic_stories data.dataset_dir=$WORK/store/dataset data.store_dir=$WORK/store/store logger=csv"
+GPU_TESTS=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')
+part pytest_gpu 170 $PY -m pytest -q -m gpu -n 3 -p no:cacheprovider $GPU_TESTS &
+TABLE=$PWD/.gpu_pack/text/EmpatheticExchanges_5ES.csv; [ -f "$TABLE" ] || TABLE=$PWD/../shared/data/empathetic_exchanges/EmpatheticExchanges_5ES.csv
+SWEEP_DIR=$LOGS/text_finetune_sweep
+part text_finetune_sweep 170 $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
+  data.path=$TABLE hydra/launcher=shared_device $SWEEP model.robustness.n_texts=0 logger=csv \
+  hydra.sweep.dir=$SWEEP_DIR &
+part train_lf_lstm 100 $PY train.py $TRAINER $DATA hydra.run.dir=$LOGS/train_lf_lstm
+part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
+wait
+
+# 2. Timings, one at a time: our nets against MMSA's per precision, the step overhead, the grid.
+MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa
+part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
+  --out $RESULTS/models_vs_mmsa.md
+part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
+part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+
+# The report: the parts, then what each produced.
+$PY benchmarks/gpu_check_report.py "$LOGS" "$RESULTS/gpu_check.md" > "$LOGS/report.log" 2>&1 || cat "$LOGS/report.log"
+
+if [ -n "${OUT:-}" ]; then
+  cp "$RESULTS"/*.md "$OUT"/ 2>/dev/null
+  tar czf "$OUT/gpu_check_logs.tar.gz" --exclude='*.ckpt' "$LOGS" 2>/dev/null
+fi
+cat "$RESULTS/gpu_check.md"

