@@ -29,7 +29,7 @@ if [ -d .gpu_pack ]; then
 fi
 if [ "$DEVICE" = cuda ]; then
   TRAINER=trainer=gpu; GRID="--fraction 0.05 --compare-fraction 0 --concurrent 4 --concurrent-models tfn"
-  STEPS="--rounds 1 --steps 30 --warmup 5 --compile --compile-models tfn"; MMSA="--steps 20 --warmup 5"; STORE="0.01, 20"
+  STEPS="--rounds 1 --steps 20 --warmup 5 --compile --compile-models tfn"; MMSA="--steps 20 --warmup 5"; STORE="0.01, 20"
   SWEEP="data.cv_fold=0,1,2 hydra.launcher.n_jobs=3"
 else
   TRAINER="trainer=cpu trainer.max_epochs=1"; GRID="--fraction 0.001 --sessions 4 --compare-fraction 0 --concurrent 2 --concurrent-models tfn --steps 2 --allow-busy"
@@ -38,6 +38,12 @@ else
 fi
 
 mkdir -p "$RESULTS"
+
+# GPU_CHECK_PARTS picks parts (default all): tests train text mmsa steps grid; GPU_CHECK_TEXT adds overrides to
+# the text sweep (e.g. a reduced recipe when time is short: the report shows the command)
+PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid} "
+SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
+wanted() { [[ "$PARTS" == *" $1 "* ]]; }
 
 # part NAME SECONDS COMMAND...: run with a time limit, log to $LOGS/NAME.log, a line in the summary
 part() {
@@ -70,22 +76,25 @@ write_synthetic(__import__('pathlib').Path('$WORK/store'), $STORE, {'face': 1451
   > "$LOGS/store.log" 2>&1
 DATA="data=empathic_stories data.dataset_dir=$WORK/store/dataset data.store_dir=$WORK/store/store logger=csv"
 GPU_TESTS=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')
-part pytest_gpu 170 $PY -m pytest -q -m gpu -n 3 -p no:cacheprovider $GPU_TESTS &
+wanted tests && part pytest_gpu 170 $PY -m pytest -q -m gpu -n 3 -p no:cacheprovider $GPU_TESTS &
 TABLE=$PWD/.gpu_pack/text/EmpatheticExchanges_5ES.csv; [ -f "$TABLE" ] || TABLE=$PWD/../shared/data/empathetic_exchanges/EmpatheticExchanges_5ES.csv
 SWEEP_DIR=$LOGS/text_finetune_sweep
-part text_finetune_sweep 170 $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
+echo "train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER hydra/launcher=shared_device $SWEEP" > "$LOGS/text_command.txt"
+wanted text && part text_finetune_sweep 170 $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
   data.path=$TABLE hydra/launcher=shared_device $SWEEP model.robustness.n_texts=0 logger=csv \
   hydra.sweep.dir=$SWEEP_DIR &
-part train_lf_lstm 100 $PY train.py $TRAINER $DATA hydra.run.dir=$LOGS/train_lf_lstm
-part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
+if wanted train; then
+  part train_lf_lstm 100 $PY train.py $TRAINER $DATA hydra.run.dir=$LOGS/train_lf_lstm
+  part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
+fi
 wait
 
 # 2. Timings, one at a time: our nets against MMSA's per precision, the step overhead, the grid.
 MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa
-part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
+wanted mmsa && part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
   --out $RESULTS/models_vs_mmsa.md
-part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
-part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+wanted steps && part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
+wanted grid && part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
 
 # The report: the parts, then what each produced.
 $PY benchmarks/gpu_check_report.py "$LOGS" "$RESULTS/gpu_check.md" > "$LOGS/report.log" 2>&1 || cat "$LOGS/report.log"

@@ -58,11 +58,12 @@ def fold_rows(sweep: Path) -> list[str]:
 
 
 def text_section(sweep: Path) -> list[str]:
+    command = (sweep.parent / "text_command.txt").read_text().strip() if (sweep.parent / "text_command.txt").is_file() \
+        else "train.py -m experiment=text_empathetic_exchanges_finetune"
     lines = ["## The fine-tuned text recipe: a fold sweep of EmpatheticExchanges", "",
-             "`train.py -m experiment=text_empathetic_exchanges_finetune trainer=gpu hydra/launcher=shared_device` "
-             "over folds 0-2 of 5 (conversation-grouped), the folds at once on the GPU beside the GPU tests and "
-             "train.py (so the seconds per fold overlap); rating-level r of the model and of every baseline fitted on "
-             "the same training rows.", ""]
+             f"`{' '.join(command.split())}`: conversation-grouped folds of 5, the folds at once on the GPU beside "
+             "the GPU tests and train.py (so the seconds per fold overlap); rating-level r of the model and of every "
+             "baseline fitted on the same training rows.", ""]
     if not sweep.is_dir():
         return lines + ["The sweep did not start.", ""]
     lines += fold_rows(sweep)

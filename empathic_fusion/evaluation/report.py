@@ -52,12 +52,12 @@ def predict_loader(model: torch.nn.Module, loader, fields: tuple[str, ...] = ("t
     model.eval()
     preds, values = [], {field: [] for field in fields}
     device = next(model.parameters(), torch.empty(0)).device
-    for batch in loader:
-        preds.append(model(move_data_to_device(batch, device)).float().cpu())
+    for batch in loader:  # kept where they are made (a loader may gather on a GPU), read back once
+        preds.append(model(move_data_to_device(batch, device)).float())
         for field in fields:
             values[field].append(batch[field])
     model.train(was_training)
-    return {"pred": torch.cat(preds), **{field: torch.cat(parts) for field, parts in values.items()}}
+    return {"pred": torch.cat(preds).cpu(), **{field: torch.cat(parts).cpu() for field, parts in values.items()}}
 
 
 def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:

