@@ -254,9 +254,9 @@ def command(argv: list[str] | None = None) -> str:
 
 def commit() -> str:
     """HEAD's commit, `-dirty` when tracked files other than docs/results/ differ from it (the results
-    files themselves change with every benchmark run); outside a git checkout (a copy sent to a GPU
-    machine) the commit its copier recorded in $EMPATHIC_FUSION_COMMIT, else 'unknown'."""
-    if not (ROOT / ".git").exists() and os.environ.get("EMPATHIC_FUSION_COMMIT"):
+    files themselves change with every benchmark run); 'unknown' outside a git checkout. A copy sent to a
+    GPU machine gives the commit it was made from in $EMPATHIC_FUSION_COMMIT (benchmarks/gpu_pack.py)."""
+    if os.environ.get("EMPATHIC_FUSION_COMMIT"):  # a copy whose .git, if any, is not the checkout's
         return os.environ["EMPATHIC_FUSION_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,

@@ -241,7 +241,7 @@ def _round(args: argparse.Namespace, tree: Path, stores: dict[str, str], count_s
                *(["--compile", "--compile-models", args.compile_models] if args.compile and tree == ROOT else []),
                *(["--count-syncs"] if count_syncs else [])]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tree,
-                          env={**os.environ, "PYTHONPATH": str(tree)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))})
     if done.returncode != 0:
         raise SystemExit(f"a measuring round failed ({tree}):\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
