@@ -88,6 +88,10 @@ if wanted train; then
   part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
 fi
 wait
+# a part stopped at its limit may leave worker processes (a launcher's) on the GPU: none may run beside the timings
+if command -v nvidia-smi > /dev/null; then
+  for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+fi
 
 # 2. Timings, one at a time: our nets against MMSA's per precision, the step overhead, the grid.
 MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa

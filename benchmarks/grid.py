@@ -3,7 +3,7 @@
     python benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --concurrent 4      # this machine (CPU)
     python benchmarks/grid.py --device cpu --fraction 1.0 --branches face=714,cnn=2048,audio=65,text=384 \
         --models tfn --concurrent 1 --out docs/results/grid_paper_dims.md               # the paper's dims
-    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4               # a GPU (bf16 mixed)
+    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4               # a GPU
 
 Writes a synthetic dataset (CSV tables and transcripts in the contract's layout) and a feature store
 in the store's real format (`FeatureStore.write_branch`, float16 features, uint8 masks, indexed SBERT
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--loader-batches", type=int, default=30, help="timed batches of the batched loader")
     parser.add_argument("--reference-batches", type=int, default=8, help="timed batches of the reference loader")
     parser.add_argument("--device-memory-gb", type=float, default=8.0)
-    parser.add_argument("--precision", default=None, help="default: bf16-mixed on cuda, 32-true on cpu")
+    parser.add_argument("--precision", default=None, help="Lightning precision (default: 32-true, as trainer=gpu and trainer=cpu)")
     parser.add_argument("--compile", action="store_true", help="train with model.compile=true (torch.compile)")
     parser.add_argument("--subsets", type=int, default=5)
     parser.add_argument("--seeds", type=int, default=3)
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quiet_machine_guard(args, Measures.TIME)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no GPU")
-    args.precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    args.precision = args.precision or "32-true"
     dims = {b: int(d) for b, d in (item.split("=") for item in args.branches.split(","))}
     unknown = set(dims) - set(BRANCH_MODALITY)
     if unknown:

@@ -103,16 +103,20 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                 self.counter.__exit__(None, None, None)
                 self.done, self.counter = self.counter, None
 
+    import hydra
+
+    from empathic_fusion.utils.compose import compose_config
+
+    trainer_cfg = compose_config([f"trainer={'gpu' if device.type == 'cuda' else 'cpu'}"],
+                                 Path(tempfile.gettempdir())).trainer
+    trainer_precision = str(trainer_cfg.precision)  # the bare-net modes use the same precision as the Trainer
+
     def trainer(callbacks: list, steps: int) -> L.Trainer:
-        import hydra
-
-        from empathic_fusion.utils.compose import compose_config
-
-        cfg = compose_config([f"trainer={'gpu' if device.type == 'cuda' else 'cpu'}"], Path(tempfile.gettempdir()))
+        cfg = trainer_cfg
         overrides = {"max_steps": steps, "max_epochs": -1, "limit_val_batches": 0, "num_sanity_val_steps": 0,
                      "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
                      **({"precision": args.precision} if args.precision else {})}
-        return hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=False, **overrides)
+        return hydra.utils.instantiate(cfg, callbacks=callbacks, logger=False, **overrides)
 
     for size_name in args.sizes.split(","):
         size = SIZES[size_name]
@@ -127,7 +131,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                 if mode in ("net", "training_step"):
                     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
                     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
-                                              enabled=device.type == "cuda" and "bf16" in (args.precision or "bf16-mixed"))
+                                              enabled="bf16" in (args.precision or trainer_precision))
 
                     def step(batch, i, module=module, optimizer=optimizer, mode=mode, autocast=autocast):
                         with autocast:
@@ -291,7 +295,7 @@ def report(args: argparse.Namespace, after: dict, before: dict | None) -> list[s
     import torch
 
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    precision = args.precision or ("bf16-mixed" if args.device == "cuda" else "32-true")
+    precision = args.precision or "the trainer group's (32-true)"
     lines = [f"{device}, torch threads {args.threads or torch.get_num_threads()}, {precision}; median over "
              f"{args.rounds} rounds of {args.steps} timed steps after {args.warmup} warm-up; host syncs counted over "
              f"{max(1, min(args.sync_steps, args.steps - 1))} steps ({'CUDA sync debug mode' if args.device == 'cuda' else 'CPU proxy: ops that read a device value on the host'})", ""]

@@ -160,7 +160,7 @@ def test_train_throughput_writes_its_table(tmp_path):
 
 @pytest.mark.gpu
 def test_train_throughput_on_the_gpu_in_bf16(tmp_path):
-    result = train_throughput.main(["--device", "cuda", *TINY, "--out", str(tmp_path / "gpu.md")])
+    result = train_throughput.main(["--device", "cuda", "--precision", "bf16-mixed", *TINY, "--out", str(tmp_path / "gpu.md")])
     (row,) = result["models"]
     assert row["precision"] == "bf16-mixed" and row["peak_gpu_memory_gib"] > 0 and row["train_samples_per_s"] > 0
     assert "GPU: " in (tmp_path / "gpu.md").read_text()

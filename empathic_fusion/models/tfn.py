@@ -18,7 +18,7 @@ from torch import nn
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, feedforward
 from empathic_fusion.models.components.fusion import tensor_fusion, tensor_fusion_size
-from empathic_fusion.models.components.norm import MaskedBatchNorm
+from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 from empathic_fusion.models.components.pooling import masked_mean
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,18 @@ class PooledSubNet(nn.Module):
         self.net = feedforward([input_dim, hidden, hidden, hidden])
         self.out_dim = hidden
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        pooled = masked_mean(x, mask).unsqueeze(1)
-        normed = self.norm(pooled, mask.any(dim=1, keepdim=True)).squeeze(1)
+    @staticmethod
+    def pooled(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window's mean over its valid frames as a one-frame window (B, 1, F), and whether it has one."""
+        return masked_mean(x, mask).unsqueeze(1), mask.any(dim=1, keepdim=True)
+
+    def head(self, normed: torch.Tensor) -> torch.Tensor:
+        """Dropout and the three layers, after the norm."""
         return torch.relu(self.net(self.drop(normed)))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        pooled, valid = self.pooled(x, mask)
+        return self.head(self.norm(pooled, valid).squeeze(1))
 
 
 class TextSubNet(nn.Module):
@@ -82,5 +90,17 @@ class TFN(nn.Module):
                  sum(p.numel() for p in self.parameters()))
 
     def forward(self, batch: dict) -> torch.Tensor:
-        parts = [self.encoders[m](batch[m]["x"], batch[m]["mask"], batch[m]["lengths"]) for m in self.modalities]
-        return self.post_fusion(tensor_fusion(parts))
+        parts = {}
+        pooled = [m for m in self.modalities if isinstance(self.encoders[m], PooledSubNet)]
+        if pooled:  # the pooled modalities' norms in one pass (one set of kernels for their statistics)
+            inputs = [PooledSubNet.pooled(batch[m]["x"], batch[m]["mask"]) for m in pooled]
+            normed = masked_norms_concatenated([self.encoders[m].norm for m in pooled], [x for x, _ in inputs],
+                                               [valid for _, valid in inputs]).squeeze(1)
+            column = 0
+            for m, (x, _) in zip(pooled, inputs):
+                parts[m] = self.encoders[m].head(normed[:, column: column + x.shape[-1]])
+                column += x.shape[-1]
+        for m in self.modalities:
+            if m not in parts:
+                parts[m] = self.encoders[m](batch[m]["x"], batch[m]["mask"], batch[m]["lengths"])
+        return self.post_fusion(tensor_fusion([parts[m] for m in self.modalities]))

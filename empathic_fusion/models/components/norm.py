@@ -34,35 +34,58 @@ class MaskedBatchNorm(nn.Module):
         return masked_norms_concatenated([self], [x], [mask])
 
 
-def _batch_statistics(norm: MaskedBatchNorm, x: torch.Tensor, mask: torch.Tensor
+_COLUMNS: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
+
+
+def _columns(widths: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """Which norm each column of the concatenated features belongs to (made once per widths and device)."""
+    key = (widths, str(device))
+    if key not in _COLUMNS:
+        _COLUMNS[key] = torch.repeat_interleave(torch.arange(len(widths)), torch.tensor(widths)).to(device)
+    return _COLUMNS[key]
+
+
+def _batch_statistics(norms: tuple[MaskedBatchNorm, ...], xs: list[torch.Tensor], masks: tuple[torch.Tensor, ...],
+                      columns: torch.Tensor, compute: torch.dtype
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Mean and variance over the valid frames of x (B, T, F), or the running ones where fewer than two
-    frames are valid, and the running statistics updated as BatchNorm does; with `1 / n` where the
-    batch's statistics were used, else 0 (the backward pass follows them only then)."""
-    w = mask.reshape(1, -1).to(x.dtype)
-    count = w.sum()
-    n = count.clamp(min=1.0)
-    flat = x.reshape(-1, x.shape[-1])
-    # the mean of the frames, corrected by the mean of their deviations from it (one more product over
-    # the deviations the variance needs anyway: a float32 sum of many frames is not exact)
-    first = torch.mm(w, flat).squeeze(0) / n
-    deviations = flat - first
-    correction = torch.mm(w, deviations).squeeze(0) / n
-    var = torch.mm(w, deviations.square_()).squeeze(0).div_(n).sub_(correction.square()).clamp_(min=0.0)
-    use_batch = count > 1
-    mean = torch.where(use_batch, first + correction, norm.running_mean)
-    unbiased = var * (count / (count - 1).clamp(min=1.0))
-    var = torch.where(use_batch, var, norm.running_var)
+    """Every norm's mean and variance over its valid frames, side by side (one value per concatenated
+    column), or its running ones where fewer than two frames are valid; the running statistics updated
+    as BatchNorm does; and `1 / n` per column where the batch's statistics were used, else 0 (the backward
+    pass follows them only then). Each sum is a product of a mask row with the frames: the mean, then the
+    mean and the mean square of the deviations from it (which correct the first mean: a float32 sum of many
+    frames is not exact, and a variance small beside the mean would lose its digits otherwise)."""
+    rows = torch.stack([mask.reshape(-1) for mask in masks]).to(compute)  # (norms, B * T) 0/1 weights
+    counts = rows.sum(dim=1)[columns]
+    n = counts.clamp(min=1.0)
+    running_mean = torch.cat([norm.running_mean for norm in norms]).to(compute)
+    running_var = torch.cat([norm.running_var for norm in norms]).to(compute)
+    weights = rows.split(1)
+    flats = [x.reshape(-1, x.shape[-1]) for x in xs]
+    first = torch.cat([torch.mm(w, flat) for w, flat in zip(weights, flats)], dim=1).squeeze(0).div_(n)
+    sums, squares, column = [], [], 0
+    for w, flat in zip(weights, flats):
+        deviations = flat - first[column: column + flat.shape[-1]]
+        sums.append(torch.mm(w, deviations))
+        squares.append(torch.mm(w, deviations.square_()))
+        column += flat.shape[-1]
+    shift = torch.cat(sums, dim=1).squeeze(0).div_(n)
+    var = torch.cat(squares, dim=1).squeeze(0).div_(n).sub_(shift.square()).clamp_(min=0.0)
+    use_batch = counts > 1
+    mean = torch.where(use_batch, first + shift, running_mean)
+    unbiased = torch.where(use_batch, var * counts / (counts - 1).clamp(min=1.0), running_var)
+    var = torch.where(use_batch, var, running_var)
+    momentum = norms[0].momentum
     with torch.no_grad():  # a running statistic moves only with batch statistics (lerp towards itself: no move)
-        norm.running_mean.lerp_(mean.to(norm.running_mean.dtype), norm.momentum)
-        norm.running_var.lerp_(torch.where(use_batch, unbiased, norm.running_var).to(norm.running_var.dtype),
-                               norm.momentum)
-    return mean, var, torch.where(use_batch, 1.0 / n, 0.0)
+        widths = [norm.running_mean.numel() for norm in norms]
+        torch._foreach_copy_([norm.running_mean for norm in norms], running_mean.lerp(mean, momentum).split(widths))
+        torch._foreach_copy_([norm.running_var for norm in norms], running_var.lerp(unbiased, momentum).split(widths))
+    return mean, var, torch.where(use_batch, n.reciprocal(), 0.0)
 
 
 class _MaskedNormsConcatenated(torch.autograd.Function):
     """Several masked batch norms written side by side into one time-major matrix, forward and backward
-    by hand: the statistics are products of the mask row with the frames, and the output of norm i goes
+    by hand: the statistics of all of them are taken together (products of each mask row with its frames,
+    then one set of operations on the concatenated per-feature values), and the output of norm i goes
     straight into its columns of a (T, B, sum F_i) tensor, returned as its (B, T, sum F_i) view (a
     batch-first LSTM reads that layout without a copy, and its input gradient comes back in it)."""
 
@@ -72,59 +95,69 @@ class _MaskedNormsConcatenated(torch.autograd.Function):
         k = len(norms)
         xs, weights, biases = tensors[:k], tensors[k:2 * k], tensors[2 * k:]
         batch, frames = xs[0].shape[:2]
-        widths = [x.shape[-1] for x in xs]
+        widths = tuple(x.shape[-1] for x in xs)
         # statistics in float32 at least; the output in the weights' dtype (float32 under autocast, which casts it
         # where the next op wants less; bfloat16 for a bfloat16 model)
         compute = torch.promote_types(weights[0].dtype, torch.float32)
         out = torch.empty((frames, batch, sum(widths)), dtype=weights[0].dtype, device=xs[0].device)
-        saved, column = [], 0
         with torch.autocast(xs[0].device.type, enabled=False):  # statistics in float32, also under autocast
-            for norm, x, mask, weight, bias in zip(norms, xs, masks, weights, biases):
-                x = x.to(compute)
-                if training:
-                    mean, var, per_frame = _batch_statistics(norm, x, mask)
-                else:
-                    mean, var, per_frame = norm.running_mean.to(compute), norm.running_var.to(compute), None
-                invstd = torch.rsqrt(var + norm.eps)
-                scale = weight.to(compute) * invstd
+            xs = [x.to(compute) for x in xs]
+            if training:
+                mean, var, per_frame = _batch_statistics(norms, xs, masks, _columns(widths, xs[0].device), compute)
+            else:
+                mean = torch.cat([norm.running_mean for norm in norms]).to(compute)
+                var, per_frame = torch.cat([norm.running_var for norm in norms]).to(compute), None
+            invstd = torch.rsqrt(var + norms[0].eps)
+            scale = torch.cat(weights).to(compute) * invstd
+            shift = torch.cat(biases).to(compute) - mean * scale
+            column = 0
+            for x, mask in zip(xs, masks):
                 view = out[:, :, column: column + x.shape[-1]].transpose(0, 1)
-                torch.addcmul(bias.to(compute) - mean * scale, x, scale, out=view)
+                torch.addcmul(shift[column: column + x.shape[-1]], x, scale[column: column + x.shape[-1]], out=view)
                 view.mul_(mask.unsqueeze(-1))
-                saved += [x, mask, mean, invstd, scale, per_frame]
                 column += x.shape[-1]
-        ctx.save_for_backward(*saved)
+        ctx.save_for_backward(mean, invstd, scale, per_frame, *xs, *masks)
         ctx.widths, ctx.dtypes, ctx.compute = widths, [t.dtype for t in tensors], compute
         return out.transpose(0, 1)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        saved = ctx.saved_tensors
-        grads_x, grads_weight, grads_bias, column = [], [], [], 0
-        for i, width in enumerate(ctx.widths):
-            x, mask, mean, invstd, scale, per_frame = saved[6 * i: 6 * i + 6]
+        k = len(ctx.widths)
+        mean, invstd, scale, per_frame, *rest = ctx.saved_tensors
+        xs, masks = rest[:k], rest[k:]
+        gs, sums, products, column = [], [], [], 0
+        for x, mask, width in zip(xs, masks, ctx.widths):
             g = grad[:, :, column: column + width].to(ctx.compute) * mask.unsqueeze(-1)  # masked frames got zeros
-            grad_bias = g.sum(dim=(0, 1))
-            grad_weight = (g * x).sum(dim=(0, 1)).sub_(mean * grad_bias).mul_(invstd)  # sum of g * xhat
-            grad_x = g * scale
-            if per_frame is not None:
-                # batch statistics: BatchNorm's backward through the mean and variance too,
-                # dx = scale * (g - (sum g) / n - xhat * (sum g * xhat) / n) over the valid frames, written as
-                # scale * g + b * x + c per feature; per_frame (1 / n) is 0 where the running ones were used
-                b = -scale * invstd * per_frame * grad_weight
-                c = -scale * per_frame * grad_bias - b * mean
-                grad_x.addcmul_(x, b).add_(c).mul_(mask.unsqueeze(-1))
-            grads_x.append(grad_x)
-            grads_weight.append(grad_weight)
-            grads_bias.append(grad_bias)
+            gs.append(g)
+            sums.append(g.sum(dim=(0, 1)))
+            products.append((g * x).sum(dim=(0, 1)))
             column += width
-        grads = [g if g.dtype == dtype else g.to(dtype) for g, dtype in zip([*grads_x, *grads_weight, *grads_bias],
-                                                                           ctx.dtypes)]
-        return (None, None, None, *grads)
+        grad_bias = torch.cat(sums)
+        grad_weight = (torch.cat(products) - mean * grad_bias).mul_(invstd)  # sum of g * xhat
+        if per_frame is not None:
+            # batch statistics: BatchNorm's backward through the mean and variance too,
+            # dx = scale * (g - (sum g) / n - xhat * (sum g * xhat) / n) over the valid frames, written as
+            # scale * g + b * x + c per feature; per_frame (1 / n) is 0 where the running ones were used
+            b = -scale * invstd * per_frame * grad_weight
+            c = -scale * per_frame * grad_bias - b * mean
+        grads_x, column = [], 0
+        for x, mask, g, width in zip(xs, masks, gs, ctx.widths):
+            part = slice(column, column + width)
+            grad_x = g.mul_(scale[part])
+            if per_frame is not None:
+                grad_x.addcmul_(x, b[part]).add_(c[part]).mul_(mask.unsqueeze(-1))
+            grads_x.append(grad_x)
+            column += width
+        grads = [*grads_x, *grad_weight.split(ctx.widths), *grad_bias.split(ctx.widths)]
+        return (None, None, None, *(g if g.dtype == dtype else g.to(dtype) for g, dtype in zip(grads, ctx.dtypes)))
 
 
 def masked_norms_concatenated(norms: list[MaskedBatchNorm], xs: list[torch.Tensor], masks: list[torch.Tensor]) -> torch.Tensor:
     """torch.cat([norm(x, mask) ...], dim=-1) for inputs of equal (B, T), written once: a (B, T, sum F)
-    view of time-major memory in the norms' dtype, zero at each input's masked frames."""
+    view of time-major memory in the norms' dtype, zero at each input's masked frames. The norms share
+    one momentum and eps."""
+    if len({(n.momentum, n.eps) for n in norms}) > 1:
+        raise ValueError("masked_norms_concatenated: the norms must share momentum and eps")
     training = norms[0].training
     return _MaskedNormsConcatenated.apply(tuple(norms), tuple(masks), training, *xs,
                                           *(n.weight for n in norms), *(n.bias for n in norms))
