@@ -121,7 +121,8 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     for size_name in args.sizes.split(","):
         size = SIZES[size_name]
         dims = size["dims"]
-        batches = [on_device(b) for b in SyntheticBatches(4, size["batch"], size["frames"], dims).batches]
+        prebuilt = SyntheticBatches(10_000, size["batch"], size["frames"], dims)  # 4 batches, handed out in turn
+        prebuilt.batches = batches = [on_device(b) for b in prebuilt.batches]
         for name in args.models.split(","):
             key = f"{size_name}/{name}"
             out[key] = {}
@@ -149,12 +150,12 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                 fit = trainer([timer] + ([counting] if counting else []), args.warmup + args.steps)
                 if mode == COMPILED:
                     try:  # torch.compile's failure is reported in the table, not the end of the measurement
-                        fit.fit(module, train_dataloaders=DataLoader(_Listed(batches), batch_size=None))
+                        fit.fit(module, train_dataloaders=DataLoader(prebuilt, batch_size=None))
                     except Exception as error:  # noqa: BLE001
                         out[key][f"{COMPILED} error"] = f"{type(error).__name__}: {str(error)[:300]}"
                         continue
                 elif mode == "trainer":
-                    fit.fit(module, train_dataloaders=DataLoader(_Listed(batches), batch_size=None))
+                    fit.fit(module, train_dataloaders=DataLoader(prebuilt, batch_size=None))
                 else:
                     dm = _datamodule(stores[size_name], size, fit)
                     fit.fit(module, datamodule=dm)
@@ -163,19 +164,6 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                     out[key][f"{mode}_syncs"] = counting.done.total / counted
                     out[key][f"{mode}_sync_sites"] = dict(counting.done.by_caller.most_common(4))
     return out
-
-
-class _Listed:
-    """Pre-built batches as a map-style dataset (a DataLoader with batch_size=None hands them out as they are)."""
-
-    def __init__(self, batches: list[dict]):
-        self.batches = batches
-
-    def __len__(self) -> int:
-        return 10_000
-
-    def __getitem__(self, i: int) -> dict:
-        return self.batches[i % len(self.batches)]
 
 
 @functools.lru_cache(maxsize=None)

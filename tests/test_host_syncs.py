@@ -42,28 +42,18 @@ class SyncsPerStep(L.Callback):
         self.counter = None if self.counter is None else self.counter.__exit__(None, None, None)
 
 
-class _Batches:
-    def __init__(self, batches: list[dict]):
-        self.batches = batches
-
-    def __len__(self) -> int:
-        return 1000
-
-    def __getitem__(self, i: int) -> dict:
-        return self.batches[i % len(self.batches)]
-
-
 def _steps(name: str, device: str, tmp_path, steps: int = 12) -> list[int]:
     torch.manual_seed(0)
     module = fusion_module(name, MODALITIES, DIMS)
-    batches = [{k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
-                for k, v in b.items()} for b in SyntheticBatches(2, 8, 12, DIMS).batches]
+    data = SyntheticBatches(1000, 8, 12, DIMS, pool=2)  # two batches, already on the device, handed out in turn
+    data.batches = [{k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
+                     for k, v in b.items()} for b in data.batches]
     counting = SyncsPerStep(device)
     trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_steps=steps, max_epochs=-1,
                         logger=CSVLogger(tmp_path), log_every_n_steps=5, limit_val_batches=0, num_sanity_val_steps=0,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[counting])
-    trainer.fit(module, train_dataloaders=DataLoader(_Batches(batches), batch_size=None))
+    trainer.fit(module, train_dataloaders=DataLoader(data, batch_size=None))
     return counting.counts
 
 

@@ -21,6 +21,14 @@ pytestmark = pytest.mark.slow
 LABELS = ["cognitive", "emotional", "behavioral"]
 
 
+def _finetune(table: Path, *extra: str) -> list[str]:
+    """model=text_finetune on a small table, cut to run in seconds (one trained layer, two inner folds)."""
+    return ["data=text_csv", "model=text_finetune", "modality=t", f"data.path={table}", "data.text_columns=[text]",
+            "data.label_columns=[emotional]", "data.group_column=writer", "data.cv_folds=3",
+            "model.net.encoder.cache_dir=null", "model.net.encoder.max_length=32", "model.net.experts.2.trainable_layers=1",
+            "model.net.experts.2.inner_folds=2", "logger=none", *extra]
+
+
 def _overrides(root: Path, *extra: str) -> list[str]:
     return ["data=text_csv", "model=text_regressor", "modality=t", f"data.path={root / 'table.csv'}",
             "data.text_columns=[text]", f"data.label_columns=[{','.join(LABELS)}]", "data.group_column=writer",
@@ -201,12 +209,8 @@ def test_the_fine_tune_recipe_stacks_a_cross_fitted_encoder_expert_that_travels_
     from empathic_fusion.utils.compose import compose_config
 
     make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
-    cfg = compose_config(["data=text_csv", "model=text_finetune", "modality=t", f"data.path={tmp_path / 'table.csv'}",
-                          "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
-                          "data.cv_folds=3", "model.net.encoder.cache_dir=null", "model.net.encoder.max_length=32",
-                          "model.net.experts.2.trainable_layers=1", "model.net.experts.2.inner_folds=2",
-                          "model.net.experts.2.epochs=2", "model.baselines.enabled=false", "trainer.max_epochs=3",
-                          "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
+    cfg = compose_config(_finetune(tmp_path / "table.csv", "model.net.experts.2.epochs=2", "model.baselines.enabled=false",
+                                   "trainer.max_epochs=3", "trainer.enable_progress_bar=false"), tmp_path / "out")
     results = train(cfg)
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     stack = checkpoint["empathic_fusion"]["stack"]
@@ -306,15 +310,30 @@ def test_the_fine_tune_recipe_leaves_no_inference_tensor_after_testing(tmp_path)
             Keep.module = module
 
     make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
-    cfg = compose_config(["data=text_csv", "model=text_finetune", "modality=t", f"data.path={tmp_path / 'table.csv'}",
-                          "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
-                          "data.cv_folds=3", "model.net.encoder.cache_dir=null", "model.net.encoder.max_length=32",
-                          "model.net.experts.2.trainable_layers=1", "model.net.experts.2.inner_folds=2",
-                          "model.net.experts.2.epochs=1", "model.baselines.enabled=false", "trainer.max_epochs=2",
-                          "model.robustness.n_texts=4", "trainer.enable_progress_bar=false", "logger=none"],
-                         tmp_path / "out")
+    cfg = compose_config(_finetune(tmp_path / "table.csv", "model.net.experts.2.epochs=1", "model.baselines.enabled=false",
+                                   "trainer.max_epochs=2", "model.robustness.n_texts=4",
+                                   "trainer.enable_progress_bar=false"), tmp_path / "out")
     results = train(cfg, extra_callbacks=[Keep()])
     assert (tmp_path / "out" / "test_metrics.json").is_file() and "robustness" in results
     expert = Keep.module.net.experts[-1]
     assert expert.__dict__["_net"] is not None  # rebuilt from the restored checkpoint while testing
     assert _inference_tensors(Keep.module) == []
+
+
+@pytest.mark.gpu
+def test_the_fine_tune_recipe_sweeps_its_folds_on_a_gpu_and_writes_the_sweep_table(tmp_path):
+    """The GPU recipe end to end: train.py -m model=text_finetune trainer=gpu over two folds of a small table,
+    each fold fine-tuned, tested and reported on the GPU, then the sweep's table over the folds."""
+    make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", *_finetune(tmp_path / "table.csv", "trainer=gpu", "data.cv_fold=0,1",
+                                                         "model.net.experts.2.epochs=2", "model.robustness.n_texts=4",
+                                                         "trainer.max_epochs=3"),
+               "+hydra.callbacks.paper_tables._target_=empathic_fusion.evaluation.sweep.PaperTablesCallback",
+               f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (sweep / "failures").exists(), [p.read_text()[-2000:] for p in (sweep / "failures").glob("*.json")]
+    assert all((sweep / str(fold) / "test_metrics.json").is_file() for fold in (0, 1))
+    table = (sweep / "paper_table_rating.md").read_text()
+    assert "TextRegressor" in table and "training mean" in table
