@@ -10,6 +10,8 @@ copy to it. Reading the optimizer's step counters is not counted: PyTorch keeps 
     with HostSyncCounter() as syncs:
         ...                      # some training steps
     print(syncs.total, syncs.by_op)
+
+`SyncsPerStep` does the same for each training step of a Trainer (a Lightning callback).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import traceback
 import warnings
 from typing import Any
 
+import lightning as L
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -109,3 +112,29 @@ class HostSyncCounter:
         for name, original in self._patched.items():
             setattr(torch.Tensor, name, original)
         self._mode.__exit__(*exc)
+
+
+class SyncsPerStep(L.Callback):
+    """Host syncs of each training step, from its batch's start to the next batch's, for `steps` steps (None:
+    all) after the first `skip`: `counts` per step and `by_caller` over them all. A step still counted when
+    training ends is left out (it would hold the epoch's end)."""
+
+    def __init__(self, device: str | torch.device = "cpu", skip: int = 0, steps: int | None = None):
+        self.device, self.skip, self.steps = torch.device(device), skip, steps
+        self.counts: list[int] = []
+        self.by_caller: collections.Counter = collections.Counter()
+        self._counter: HostSyncCounter | None = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self.counts.append(self._counter.total)
+            self.by_caller.update(self._counter.by_caller)
+            self._counter = None
+        if trainer.global_step >= self.skip and (self.steps is None or len(self.counts) < self.steps):
+            self._counter = HostSyncCounter(self.device).__enter__()
+
+    def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self._counter = None

@@ -19,7 +19,6 @@ The table goes to docs/results/step_overhead.md (`--out` elsewhere, `--no-write`
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -55,7 +54,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    from host_syncs import HostSyncCounter
+    from host_syncs import SyncsPerStep
     from train_throughput import StepTimer, SyntheticBatches
 
     if args.threads:
@@ -82,26 +81,6 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
             step(batches[i % len(batches)], i)
         sync()
         return (time.perf_counter() - start) / args.steps * 1e3
-
-    class CountSyncs(L.Callback):
-        """Host syncs from the start of step `warmup` to the start of step `warmup + counted`."""
-
-        def __init__(self):
-            self.counter, self.done, self.seen = None, None, 0
-
-        def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            if self.seen == args.warmup:
-                self.counter = HostSyncCounter(device).__enter__()
-            elif self.seen == args.warmup + counted and self.counter is not None:
-                self.counter.__exit__(None, None, None)
-                self.done = self.counter
-                self.counter = None
-            self.seen += 1
-
-        def on_train_end(self, trainer, module):
-            if self.counter is not None:
-                self.counter.__exit__(None, None, None)
-                self.done, self.counter = self.counter, None
 
     import hydra
 
@@ -146,7 +125,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                     out[key][mode] = timed(step, batches)
                     continue
                 timer = StepTimer(args.warmup)
-                counting = CountSyncs() if args.count_syncs else None
+                counting = SyncsPerStep(device, skip=args.warmup, steps=counted) if args.count_syncs else None
                 fit = trainer([timer] + ([counting] if counting else []), args.warmup + args.steps)
                 if mode == COMPILED:
                     try:  # torch.compile's failure is reported in the table, not the end of the measurement
@@ -160,31 +139,20 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                     dm = _datamodule(stores[size_name], size, fit)
                     fit.fit(module, datamodule=dm)
                 out[key][mode] = (timer.stop - timer.start) / timer.timed_steps * 1e3
-                if counting is not None and counting.done is not None:
-                    out[key][f"{mode}_syncs"] = counting.done.total / counted
-                    out[key][f"{mode}_sync_sites"] = dict(counting.done.by_caller.most_common(4))
+                if counting is not None and len(counting.counts) == counted:
+                    out[key][f"{mode}_syncs"] = sum(counting.counts) / counted
+                    out[key][f"{mode}_sync_sites"] = dict(counting.by_caller.most_common(4))
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def _config(name: str) -> dict:
-    from empathic_fusion.pipeline import run_config
-    from empathic_fusion.utils.compose import compose_config
-
-    return run_config(compose_config([f"model={name}"], Path(tempfile.gettempdir()) / "step_overhead"))
 
 
 def _module(name: str, dims: dict[str, int], compiled: bool = False):
     """conf/model/<name>.yaml's module (the model's own layers), built as train.py builds it, seeded;
     `compiled`: with model.compile=true."""
     import torch
-
-    from empathic_fusion.models.base import build_module
+    from train_throughput import fusion_module
 
     torch.manual_seed(0)
-    config = _config(name)
-    model_cfg = {**config["model"], **({"compile": True} if compiled else {})}
-    return build_module(model_cfg, {"modalities": ["video", "audio", "text"], "input_dims": dict(dims)}, config)
+    return fusion_module(name, ["video", "audio", "text"], dims, {"compile": True} if compiled else None)
 
 
 def _datamodule(root: str, size: dict[str, Any], trainer):

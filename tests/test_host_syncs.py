@@ -14,32 +14,11 @@ from torch.utils.data import DataLoader
 from empathic_fusion.utils import PROJECT_ROOT
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
-from host_syncs import HostSyncCounter  # noqa: E402
+from host_syncs import HostSyncCounter, SyncsPerStep  # noqa: E402
 from train_throughput import SyntheticBatches, fusion_module  # noqa: E402
 
 DIMS = {"video": 16, "audio": 8, "text": 16, "story": 16, "traits": 6}
 MODALITIES = ["video", "audio", "text"]
-
-
-class SyncsPerStep(L.Callback):
-    """Host syncs from one training batch's start to the next's, for the steps after `skip`."""
-
-    def __init__(self, device: str, skip: int = 2):
-        self.device, self.skip, self.counts, self.counter = device, skip, [], None
-
-    def _close(self) -> None:
-        if self.counter is not None:
-            self.counter.__exit__(None, None, None)
-            self.counts.append(self.counter.total)
-            self.counter = None
-
-    def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
-        self._close()
-        if trainer.global_step >= self.skip:
-            self.counter = HostSyncCounter(self.device).__enter__()
-
-    def on_train_end(self, trainer, module) -> None:
-        self.counter = None if self.counter is None else self.counter.__exit__(None, None, None)
 
 
 def _steps(name: str, device: str, tmp_path, steps: int = 12) -> list[int]:
@@ -48,7 +27,7 @@ def _steps(name: str, device: str, tmp_path, steps: int = 12) -> list[int]:
     data = SyntheticBatches(1000, 8, 12, DIMS, pool=2)  # two batches, already on the device, handed out in turn
     data.batches = [{k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
                      for k, v in b.items()} for b in data.batches]
-    counting = SyncsPerStep(device)
+    counting = SyncsPerStep(device, skip=2)
     trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_steps=steps, max_epochs=-1,
                         logger=CSVLogger(tmp_path), log_every_n_steps=5, limit_val_batches=0, num_sanity_val_steps=0,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

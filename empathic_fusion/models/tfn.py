@@ -40,13 +40,9 @@ class PooledSubNet(nn.Module):
         """The window's mean over its valid frames as a one-frame window (B, 1, F), and whether it has one."""
         return masked_mean(x, mask).unsqueeze(1), mask.any(dim=1, keepdim=True)
 
-    def head(self, normed: torch.Tensor) -> torch.Tensor:
-        """Dropout and the three layers, after the norm."""
+    def forward(self, normed: torch.Tensor) -> torch.Tensor:
+        """Dropout and the three layers, after the norm (TFN normalises its pooled modalities together)."""
         return torch.relu(self.net(self.drop(normed)))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        pooled, valid = self.pooled(x, mask)
-        return self.head(self.norm(pooled, valid).squeeze(1))
 
 
 class TextSubNet(nn.Module):
@@ -90,17 +86,16 @@ class TFN(nn.Module):
                  sum(p.numel() for p in self.parameters()))
 
     def forward(self, batch: dict) -> torch.Tensor:
-        parts = {}
-        pooled = [m for m in self.modalities if isinstance(self.encoders[m], PooledSubNet)]
+        pooled = [m for m in self.modalities if m != "text"]
+        normed = {}
         if pooled:  # the pooled modalities' norms in one pass (one set of kernels for their statistics)
             inputs = [PooledSubNet.pooled(batch[m]["x"], batch[m]["mask"]) for m in pooled]
-            normed = masked_norms_concatenated([self.encoders[m].norm for m in pooled], [x for x, _ in inputs],
-                                               [valid for _, valid in inputs]).squeeze(1)
+            together = masked_norms_concatenated([self.encoders[m].norm for m in pooled], [x for x, _ in inputs],
+                                                 [valid for _, valid in inputs]).squeeze(1)
             column = 0
             for m, (x, _) in zip(pooled, inputs):
-                parts[m] = self.encoders[m].head(normed[:, column: column + x.shape[-1]])
+                normed[m] = together[:, column: column + x.shape[-1]]
                 column += x.shape[-1]
-        for m in self.modalities:
-            if m not in parts:
-                parts[m] = self.encoders[m](batch[m]["x"], batch[m]["mask"], batch[m]["lengths"])
-        return self.post_fusion(tensor_fusion([parts[m] for m in self.modalities]))
+        parts = [self.encoders[m](normed[m]) if m in normed  # the subnets in modality order (their dropout draws)
+                 else self.encoders[m](batch[m]["x"], batch[m]["mask"], batch[m]["lengths"]) for m in self.modalities]
+        return self.post_fusion(tensor_fusion(parts))

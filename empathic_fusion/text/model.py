@@ -41,7 +41,7 @@ from empathic_fusion.evaluation.conformal import format_intervals
 from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
-from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
+from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
 from empathic_fusion.text.data import PersonaEncoder
 from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.experts import stack_weights
@@ -334,9 +334,7 @@ class TextEmpathyModule(EmpathyLightningModule):
         if test_csv:
             data_cfg.update(path=str(test_csv), test_all=True, cv_fold=None, max_rows=None)
         datamodule = self.instantiate_datamodule(data_cfg, {**self.run_config["features"], **features_overrides})
-        if trainer is not None:
-            datamodule.trainer = trainer
-        datamodule.setup("test")
+        set_up(datamodule, trainer, "test")
         info = self.data_info  # the checkpoint's persona vocabulary and scaling, never refitted
         datamodule.apply_fitted(PersonaEncoder.from_state(info["persona"]), np.asarray(info["target_mean"]),
                                 np.asarray(info["target_std"]))

@@ -46,19 +46,18 @@ def _columns(widths: tuple[int, ...], device: torch.device) -> torch.Tensor:
 
 
 def _batch_statistics(norms: tuple[MaskedBatchNorm, ...], xs: list[torch.Tensor], masks: tuple[torch.Tensor, ...],
-                      columns: torch.Tensor, compute: torch.dtype
+                      columns: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every norm's mean and variance over its valid frames, side by side (one value per concatenated
     column), or its running ones where fewer than two frames are valid; the running statistics updated
     as BatchNorm does; and `1 / n` per column where the batch's statistics were used, else 0 (the backward
     pass follows them only then). Each sum is a product of a mask row with the frames: the mean, then the
     mean and the mean square of the deviations from it (which correct the first mean: a float32 sum of many
-    frames is not exact, and a variance small beside the mean would lose its digits otherwise)."""
-    rows = torch.stack([mask.reshape(-1) for mask in masks]).to(compute)  # (norms, B * T) 0/1 weights
+    frames is not exact, and a variance small beside the mean would lose its digits otherwise).
+    `running_mean` and `running_var`: the norms' running statistics side by side, in the dtype computed in."""
+    rows = torch.stack([mask.reshape(-1) for mask in masks]).to(running_mean.dtype)  # (norms, B * T) 0/1 weights
     counts = rows.sum(dim=1)[columns]
     n = counts.clamp(min=1.0)
-    running_mean = torch.cat([norm.running_mean for norm in norms]).to(compute)
-    running_var = torch.cat([norm.running_var for norm in norms]).to(compute)
     weights = rows.split(1)
     flats = [x.reshape(-1, x.shape[-1]) for x in xs]
     first = torch.cat([torch.mm(w, flat) for w, flat in zip(weights, flats)], dim=1).squeeze(0).div_(n)
@@ -102,11 +101,10 @@ class _MaskedNormsConcatenated(torch.autograd.Function):
         out = torch.empty((frames, batch, sum(widths)), dtype=weights[0].dtype, device=xs[0].device)
         with torch.autocast(xs[0].device.type, enabled=False):  # statistics in float32, also under autocast
             xs = [x.to(compute) for x in xs]
+            mean = torch.cat([norm.running_mean for norm in norms]).to(compute)
+            var, per_frame = torch.cat([norm.running_var for norm in norms]).to(compute), None
             if training:
-                mean, var, per_frame = _batch_statistics(norms, xs, masks, _columns(widths, xs[0].device), compute)
-            else:
-                mean = torch.cat([norm.running_mean for norm in norms]).to(compute)
-                var, per_frame = torch.cat([norm.running_var for norm in norms]).to(compute), None
+                mean, var, per_frame = _batch_statistics(norms, xs, masks, _columns(widths, xs[0].device), mean, var)
             invstd = torch.rsqrt(var + norms[0].eps)
             scale = torch.cat(weights).to(compute) * invstd
             shift = torch.cat(biases).to(compute) - mean * scale
