@@ -6,19 +6,30 @@ the same from a source checkout (where `train.py` and friends are thin shims ove
 plain `pip install`. An expected error (empathic_fusion/core/errors.py `UserError`: a dataset, a config
 value, a file, the disk, a lock) ends a run with its message alone and exit status 1; `verbose=true` or
 HYDRA_FULL_ERROR=1 show its traceback too. Any other exception is a bug and keeps its traceback.
+
+Before a run starts: a mistyped setting (`model=tfm`, `data.dataset_dr=x`) is one message with a "did you
+mean" (config/typos.py), and a checkpoint, dataset folder or table that a setting names but is not there
+stops the run before torch is imported and before Hydra makes its folder (`InputCheck`, config/inputs.py).
+Each script ends with a short "What now:" block: the run folder, the files to open, the next command.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
+from empathic_fusion.config.inputs import input_problems, swept_keys
+from empathic_fusion.config.typos import readable_composition_errors
 from empathic_fusion.core.errors import UserError
 
 CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf
@@ -49,6 +60,38 @@ def user_errors(cfg: DictConfig) -> Iterator[None]:
         raise SystemExit(1) from None
 
 
+class InputCheck(Callback):
+    """Hydra callback (conf/hydra/default.yaml): the files and folders the settings name are checked once the
+    config is composed, before Hydra makes the run's (or sweep's) folder and before torch is imported. One
+    that is missing ends the run with one message naming each setting, exit status 1 and nothing written.
+    Hydra turns an exception of a callback into a warning and goes on, so this exits itself; there is no
+    traceback to show (HYDRA_FULL_ERROR=1 and verbose=true print the same)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, ())
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._check(config, swept_keys(config))
+
+    @staticmethod
+    def _check(config: DictConfig, swept: Iterable[str]) -> None:
+        problems = input_problems(config, swept)
+        if problems:
+            sys.stderr.write("\n".join(problems) + "\n")
+            raise SystemExit(1)
+
+
+def console_script(main: Callable[..., Any]) -> Callable[..., Any]:
+    """A Hydra app as a console script: a mistyped setting stops it with one message (config/typos.py)."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with readable_composition_errors():
+            return main(*args, **kwargs)
+
+    return run
+
+
 @contextmanager
 def run_setup(cfg: DictConfig) -> Iterator[None]:
     """What every entry point does around its work: torch's CPU threads from the cores available now
@@ -68,27 +111,40 @@ def run_setup(cfg: DictConfig) -> Iterator[None]:
             log.warning(summary)
 
 
+@console_script
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
 def train(cfg: DictConfig) -> float | None:
     """Train one model (conf/train.yaml): `empathic-train model=tfn modality=v+t`. Returns
     cfg.optimized_metric (a validation metric) for sweepers such as hparams_search=optuna; a failing
     job of a multirun is recorded in the sweep folder instead of stopping the sweep."""
-    from empathic_fusion.pipeline import train as train_run
+    from empathic_fusion.pipeline import train as train_run, train_summary
     from empathic_fusion.utils.multirun import run_job
 
+    results: dict[str, Any] = {}
+
+    def train_and_keep(c: DictConfig) -> dict[str, Any]:  # the results name the checkpoint for the block
+        results.update(train_run(c))
+        return results
+
     with user_errors(cfg), run_setup(cfg):
-        return run_job(train_run, cfg)
+        value = run_job(train_and_keep, cfg)
+    if results:  # not a sweep job that failed (recorded in the sweep folder)
+        print(train_summary(cfg, results))
+    return value
 
 
+@console_script
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
 def evaluate(cfg: DictConfig) -> None:
     """Evaluate a checkpoint (`ckpt_path=`), a sweep (`sweep_dir=`) or an LLM judge (conf/evaluate.yaml)."""
-    from empathic_fusion.pipeline import evaluate as evaluate_run
+    from empathic_fusion.pipeline import evaluate as evaluate_run, evaluate_summary
 
     with user_errors(cfg), run_setup(cfg):
         evaluate_run(cfg)
+    print(evaluate_summary(cfg))
 
 
+@console_script
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="extract")
 def extract(cfg: DictConfig) -> None:
     """Fill the feature store (conf/extract.yaml). Exits with status 1 when any session or branch
@@ -101,6 +157,7 @@ def extract(cfg: DictConfig) -> None:
         raise SystemExit(1)
 
 
+@console_script
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="predict")
 def predict(cfg: DictConfig) -> None:
     """Score new recordings or a new text table with a checkpoint (conf/predict.yaml). Exits with status 1
@@ -109,10 +166,12 @@ def predict(cfg: DictConfig) -> None:
 
     with user_errors(cfg), run_setup(cfg):
         result = run_predict(cfg)
+    print(result.summary())
     if result.scored == 0:
         raise SystemExit(1)
 
 
+@console_script
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="serve")
 def serve(cfg: DictConfig) -> None:
     """The Gradio app (conf/serve.yaml): a Text tab, a Clip tab, or both; a run folder serves its best checkpoint."""

@@ -17,9 +17,12 @@ from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
+from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
 log = logging.getLogger(__name__)
 RUN_CONFIG_KEYS = ("data", "features", "modality", "model", "evaluation", "seed")  # what a checkpoint keeps of its run
+RESULTS_TABLE = "test_metrics.md"  # the test report's table (evaluation/report.py)
+NEW_DATA = {"dataset_dir": "<folder of new sessions>", "path": "<table of new texts>"}  # what predict scores
 
 
 def _instantiate_all(group: DictConfig | None) -> list:
@@ -102,6 +105,23 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     return results
 
 
+def train_summary(cfg: DictConfig, results: dict[str, Any]) -> str:
+    """What train.py prints last: the run folder, its best checkpoint, the results table, the plots and the
+    empathic-predict command that scores new data with it (a run folder stands for its best checkpoint)."""
+    run_dir = Path(cfg.paths.output_dir)
+    best = results.get("best_checkpoint")
+    saved = any((run_dir / "checkpoints").glob("*.ckpt"))
+    checkpoint = (f"{shown(best)}  (pass it as ckpt_path=)" if best else
+                  f"{shown(run_dir / 'checkpoints')}/  (ckpt_path=<run folder> takes its best)" if saved else None)
+    data_key = "dataset_dir" if "dataset_dir" in cfg.data else "path"
+    table = run_dir / RESULTS_TABLE
+    return what_now([
+        ("run folder", shown(run_dir)), ("checkpoint", checkpoint),
+        ("results", shown(table) if table.is_file() else None), ("plots", plot_list(run_dir)),
+        ("next", f"empathic-predict ckpt_path={shown(run_dir)} data.{data_key}={NEW_DATA[data_key]}"
+                 if checkpoint else None)])
+
+
 def resolve_ckpt_path(ckpt_path: str | None, trainer: L.Trainer) -> str | None:
     """Where fit continues from. `last` or null: the run folder's last.ckpt when it exists (a job
     killed or requeued into the same folder resumes on its own); null also leaves Lightning's SLURM
@@ -159,6 +179,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     trainer.test(model, datamodule=datamodule)
     on_run_device(model, trainer)
     return model.report(datamodule, out_dir, evaluation)
+
+
+def evaluate_summary(cfg: DictConfig) -> str:
+    """What evaluate.py prints last: the run folder, the tables it wrote (test_metrics.md, or a sweep's
+    paper tables in out_dir) and the plots."""
+    run_dir = Path(cfg.paths.output_dir)
+    out = Path(cfg.out_dir) if cfg.sweep_dir and cfg.out_dir else run_dir
+    tables = sorted(out.glob("*.md"), key=lambda p: (p.name != RESULTS_TABLE, p.name))
+    return what_now([("run folder", shown(run_dir)), ("results", ", ".join(shown(t) for t in tables) or None),
+                     ("plots", plot_list(out, None if out == run_dir else shown(out)))])
 
 
 def on_run_device(model: L.LightningModule, trainer: L.Trainer) -> None:

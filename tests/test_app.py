@@ -256,6 +256,22 @@ def _serve(text=None, clip=None, flags: Path | None = None, max_upload_mb: float
     return app, url
 
 
+def test_serving_prints_the_local_url_and_not_gradios_share_tip(monkeypatch, capsys):
+    import gradio as gr
+
+    from empathic_fusion.app.ui import launch
+
+    with gr.Blocks() as app:
+        gr.Markdown("empty")
+    monkeypatch.setattr(app, "block_thread", lambda: None)  # serve.py would wait here for Ctrl+C
+    try:
+        _, url, _ = launch(app, "127.0.0.1", None, block=True)
+    finally:
+        app.close()
+    printed = capsys.readouterr().out
+    assert f"* Running on local URL:  {url}" in printed and "share" not in printed
+
+
 def _upload(page, elem_id: str, path: Path) -> None:
     page.set_input_files(f"#{elem_id} input[type=file]", str(path))
     page.wait_for_selector(f"#{elem_id} >> text={path.name}")

@@ -139,3 +139,20 @@ def test_libraries_deprecation_warnings_are_silenced_unless_verbose():
         warnings.warn_explicit("old API", DeprecationWarning, "_pytree.py", 21, module="lightning.pytorch.utilities._pytree")
         warnings.warn_explicit("ours", DeprecationWarning, "x.py", 1, module="empathic_fusion.x")
     assert [str(w.message) for w in caught] == ["ours"]
+
+
+def test_scoring_progress_counts_the_rows_scored_not_batches(capsys):
+    from empathic_fusion.models.predict import predict
+
+    class Scorer(L.LightningModule):
+        def forward(self, batch):
+            return batch[0].sum(1)
+
+    class Rows(L.LightningDataModule):
+        def predict_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(10, 2)), batch_size=4)
+
+    data = Rows()
+    assert predict(Scorer(), data, progress=True, unit="row").tolist() == [2.0] * 10
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "10/10" in bar and " rows/s]" in bar and "it/s" not in bar

@@ -191,10 +191,16 @@ def build_app(text_scorer: TextModel | None = None, clip_scorer: ClipScorer | No
 
 def launch(app: gr.Blocks, host: str, port: int | None, block: bool = True, max_upload_mb: float | None = None):
     """Serve locally: no share link, offline theme; uploads past `max_upload_mb` are refused while they
-    stream to disk. Returns (fastapi app, local url, share url)."""
-    return app.queue().launch(server_name=host, server_port=port, share=False, theme=OFFLINE_THEME,
-                              prevent_thread_lock=not block, quiet=not block, footer_links=["settings"],
-                              allowed_paths=[], max_file_size=f"{max_upload_mb:g}mb" if max_upload_mb else None)
+    stream to disk. Gradio's own start-up lines stay quiet (among them its tip to set share=True, which this
+    app never does); with `block` the local URL is printed and the call serves until Ctrl+C. Returns
+    (fastapi app, local url, share url)."""
+    served = app.queue().launch(server_name=host, server_port=port, share=False, theme=OFFLINE_THEME,
+                                prevent_thread_lock=True, quiet=True, footer_links=["settings"], allowed_paths=[],
+                                max_file_size=f"{max_upload_mb:g}mb" if max_upload_mb else None)
+    if block:
+        print(f"* Running on local URL:  {served[1]}", flush=True)
+        app.block_thread()
+    return served
 
 
 def models_from_config(cfg) -> tuple[TextModel | None, ClipScorer | None]:

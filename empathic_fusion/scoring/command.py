@@ -25,8 +25,11 @@ from empathic_fusion.core.files import atomic_write_text
 from empathic_fusion.models.card import ModelCard, fusion_card, text_card
 from empathic_fusion.models.checkpoints import (WrongKindError, checkpoint_header, metrics_note, read_checkpoint,
                                                 resolve_checkpoint)
+from empathic_fusion.utils.run_output import shown, what_now
 
 log = logging.getLogger(__name__)
+PREDICTIONS = "predictions.csv"
+ALSO_WRITTEN = ("session_predictions.csv", "window_predictions.csv", "model_card.md")  # named after it when written
 
 
 @dataclass
@@ -35,6 +38,15 @@ class PredictResult:
     out_dir: Path
     scored: int
     not_scored: int
+
+    def summary(self) -> str:
+        """What empathic-predict prints last: where predictions.csv went, its counts and the other files."""
+        also = [name for name in ALSO_WRITTEN if (self.out_dir / name).is_file()]
+        reasons = "; each not scored row says why in its status and reason columns" if self.not_scored else ""
+        return what_now([("run folder", shown(self.out_dir)),
+                         ("predictions", f"{shown(self.out_dir / PREDICTIONS)}  ({self.scored} scored, "
+                                         f"{self.not_scored} not scored{reasons})"),
+                         ("also", ", ".join(also) or None)])
 
 
 def default_store(data_dir: str | Path, dataset_dir: Path) -> Path:
@@ -58,7 +70,7 @@ def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path
     log.info("scoring %s with %s (features in %s)", dataset_dir, ckpt, store_dir)
     scores = score_dataset(model, card, dataset_dir, store_dir, cfg.accelerator, int(cfg.data.extract_workers),
                            cfg.data.batch_size, bool(cfg.progress))
-    _write_csv(scores.pairs, out_dir / "predictions.csv")
+    _write_csv(scores.pairs, out_dir / PREDICTIONS)
     _write_csv(scores.sessions, out_dir / "session_predictions.csv")
     _write_csv(scores.windows, out_dir / "window_predictions.csv")
     unscored = scores.pairs[scores.pairs.status != "scored"]
@@ -79,7 +91,7 @@ def _predict_table(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) 
 
     scorer = TextScorer.load(ckpt, cfg.accelerator)
     table = score_table(scorer, card, Path(cfg.data.path), bool(cfg.progress))
-    _write_csv(table, out_dir / "predictions.csv")
+    _write_csv(table, out_dir / PREDICTIONS)
     unscored = table[table.status != "scored"]
     for reason, rows in unscored.groupby("reason").groups.items():
         lines = [str(i + 2) for i in list(rows)[:10]]
@@ -121,8 +133,6 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     del checkpoint
     scored, not_scored = this.score(cfg, ckpt, card, out_dir)
     atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
-    print(f"{scored} scored, {not_scored} not scored (listed with the reason in {out_dir}); predictions in "
-          f"{out_dir / 'predictions.csv'}")
     if card.banner():
         print(card.banner().replace("**", ""))
     return PredictResult(kind, out_dir, scored, not_scored)

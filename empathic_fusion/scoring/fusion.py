@@ -80,8 +80,16 @@ def score_dataset(model: EmpathyModule, card: ModelCard, dataset_dir: Path, stor
         return _tables(datamodule, model, card, None, None, failures)  # not one window: every pair with its reason
     if len(datamodule.dataset.ratings):  # self-reports listed beside the predictions: both on one scale
         model.check_rating_scale(datamodule.dataset)
-    pred = predict(model, datamodule, accelerator, progress).numpy()
+    pred = predict(model, datamodule, accelerator, progress, unit="window").numpy()
     return _tables(datamodule, model, card, datamodule.datasets["predict"].windows, pred, failures)
+
+
+def rating_means(pred: np.ndarray, rating_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Window predictions averaged per rating, and those ratings' indices. Arrays pandas hands out are
+    read-only (copy-on-write), which torch.from_numpy warns about, so a read-only one is copied first."""
+    means, _, ids = aggregate_by_rating(torch.from_numpy(np.require(pred, requirements="W")), torch.zeros(len(pred)),
+                                        torch.from_numpy(np.require(rating_index, requirements="W")))
+    return means.numpy(), ids.numpy()
 
 
 def _clipped(card: ModelCard, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,13 +118,13 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
                                         "predicted", "raw_predicted", "interval_low", "interval_high"])
     if windows is not None and pred is not None:
         index = windows.rating_index.to_numpy(dtype=np.int64)
-        means, _, ids = aggregate_by_rating(torch.from_numpy(pred), torch.zeros(len(pred)), torch.from_numpy(index))
-        rows = ratings.index.get_indexer(ids.numpy())  # positions of the scored ratings in `pairs`
-        raw = np.asarray(model.rating_scale.to_rating(means.numpy()), dtype=float)
+        means, ids = rating_means(pred, index)
+        rows = ratings.index.get_indexer(ids)  # positions of the scored ratings in `pairs`
+        raw = np.asarray(model.rating_scale.to_rating(means), dtype=float)
         value, outside = _clipped(card, raw)
         pairs.loc[rows, "predicted"], pairs.loc[rows, "raw_predicted"], pairs.loc[rows, "clipped"] = value, raw, outside
         pairs.loc[rows, "status"], pairs.loc[rows, "reason"] = "scored", ""
-        pairs.loc[rows, "windows"] = windows.rating_index.value_counts().reindex(ids.numpy()).to_numpy()
+        pairs.loc[rows, "windows"] = windows.rating_index.value_counts().reindex(ids).to_numpy()
         bounds = card.interval_bounds(FUSION_OUTPUT, value)  # the rating-level conformal interval
         if bounds is not None:
             pairs.loc[rows, "interval_low"], pairs.loc[rows, "interval_high"] = bounds

@@ -4,6 +4,7 @@
 `pkg://empathic_fusion.conf`). `PROJECT_ROOT` is the default root of `data/` and `logs/`: the source
 checkout when the package runs from one (editable install, tests, the top-level scripts), otherwise the
 working directory, so an installed `empathic-train` writes next to where it is started.
+Resolvers registered here: `${project_root:}`, and `${if_null:${key},default}` (the key's value unless null).
 """
 from pathlib import Path
 
@@ -16,6 +17,8 @@ PROJECT_ROOT = SOURCE_ROOT or Path.cwd()
 
 if not OmegaConf.has_resolver("project_root"):
     OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
+if not OmegaConf.has_resolver("if_null"):  # ${if_null:${out_dir},<default>}: a setting, else a default
+    OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value)
 
 # the typed config groups' schemas, which every composition of CONFIG_DIR needs (registered on import)
 import empathic_fusion.config  # noqa: E402,F401

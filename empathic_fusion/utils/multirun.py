@@ -4,7 +4,8 @@ Hydra's multirun stops at the first job that raises. `run_job` catches the error
 job instead, records it as `failures/<job number>.json` in the sweep folder (one file per job, so
 jobs running in parallel on a cluster never write the same file) and returns None, which the Optuna
 sweeper records as a failed trial. `FailureReport`, a Hydra callback, lists them all in
-`failures.json` and the log when the sweep ends. A single run (no -m) still raises.
+`failures.json` and the log when the sweep ends. A single run (no -m) still raises. `SweepSummary` ends a
+training sweep with its folder and the command that turns it into tables.
 
 `${shard_sweep:${shards},${shard}}` (the `shard_sweep` resolver, registered on import; Hydra imports this module
 for the callback before it builds the sweeper) turns `shards=N` into the sweeper parameter
@@ -124,3 +125,15 @@ class FailureReport(Callback):
         (sweep_dir / FAILURES_FILE).write_text(json.dumps(summary, indent=1))
         lines = "\n".join(f"  job {r['job']} ({' '.join(r['overrides'])}): {r['error']}" for r in summary)
         log.error("%d job(s) of the sweep failed (details in %s):\n%s", len(summary), sweep_dir / FAILURES_FILE, lines)
+
+
+class SweepSummary(Callback):
+    """At the end of a training multirun (conf/train.yaml): the sweep folder and the evaluate.py command that
+    makes its tables, after each job's own "What now:" block."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from empathic_fusion.utils.run_output import shown, what_now
+
+        sweep_dir = shown(str(config.hydra.sweep.dir))
+        print(what_now([("sweep folder", f"{sweep_dir}  (a run folder per job: 0/, 1/, ...)"),
+                        ("next", f"empathic-evaluate sweep_dir={sweep_dir}")]))

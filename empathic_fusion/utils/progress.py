@@ -1,8 +1,10 @@
-"""A line per epoch when output goes to a file (a batch job's log), where a progress bar cannot redraw."""
+"""Progress output: a line per epoch when output goes to a file (a batch job's log), where a progress bar
+cannot redraw, and scoring counted in what is scored."""
 from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import lightning as L
 
@@ -31,3 +33,36 @@ class EpochLines(L.Callback):
         total = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         print(f"epoch {trainer.current_epoch + 1}{total}  {shown}  ({time.perf_counter() - self._started:.1f} s)",
               flush=True)
+
+
+class ScoringProgress(L.Callback):
+    """The bar of `trainer.predict` (empathic-predict) counted in what it scores, e.g. windows or rows per
+    second. Lightning's own bar counts batches, and for the one or two batches of a small input it shows
+    `0.00it/s`."""
+
+    def __init__(self, unit: str):
+        self.unit = unit
+        self.bar: Any = None
+
+    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=_items(trainer.predict_dataloaders), unit=f" {self.unit}s", desc="scoring",
+                        dynamic_ncols=True)
+
+    def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
+        shape = getattr(outputs, "shape", None)
+        self.bar.update(int(shape[0]) if shape else 1)
+
+    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.bar.close()
+
+
+def _items(loaders: Any) -> int | None:
+    """How many items the loaders' datasets hold, or None when one of them does not say."""
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    try:
+        return sum(len(loader.dataset) for loader in loaders)
+    except (AttributeError, TypeError):
+        return None

@@ -5,6 +5,9 @@ Data warnings (a session whose video and audio differ in length, a masked branch
 `data_warning_summary` counts them for the end of the run. Third-party noise (MediaPipe's and TFLite's
 C++ log lines, Lightning's banners and tips, the sentence encoder's loading messages and bars) is
 silenced unless the run sets `verbose=true`.
+
+Every entry point ends with `what_now`: the run folder, the files to open (the results table, the plots,
+test_predicted_vs_true.png first) and the command to run next, so nobody has to look for the run folder.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 log = logging.getLogger("empathic_fusion.data")
 VERBOSE_ENV = "EMPATHIC_FUSION_VERBOSE"  # read by worker processes, which do not see the run's config
@@ -25,6 +29,8 @@ THIRD_PARTY_MODULES = r"(lightning|torch|transformers|sentence_transformers|hugg
 # glog/absl lines (I0000/W0000 00:00:... file.cc:123]) and TFLite's banners; E and F lines are kept
 NATIVE_NOISE = re.compile(r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\]|INFO: Created TensorFlow Lite"
                           r"|WARNING: All log messages before absl::InitializeLog)")
+
+PLOT_FIRST = "test_predicted_vs_true.png"  # the figure to open first: predictions against the ratings
 
 _seen: dict[str, None] = {}
 
@@ -94,3 +100,35 @@ def native_logs_filtered() -> Iterator[None]:
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
+
+
+def shown(path: str | Path) -> str:
+    """A path as the user would type it here: relative to the working directory when inside it."""
+    path = Path(os.path.abspath(path))
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def plots(folder: Path) -> list[Path]:
+    """The figures a run wrote into its folder, test_predicted_vs_true.png first."""
+    return sorted(Path(folder).glob("*.png"), key=lambda p: (p.name != PLOT_FIRST, p.name))
+
+
+def plot_list(folder: Path, where: str | None = None) -> str | None:
+    """The figures of `folder` by name (and how many session timelines), `where` they are said to be when
+    given, or None when there are none."""
+    names = [p.name for p in plots(folder)]
+    timelines = len(list((Path(folder) / "test_timelines").glob("*.png")))
+    if timelines:
+        names.append(f"test_timelines/ ({timelines} session(s))")
+    return (", ".join(names) + (f" (in {where})" if where else "")) if names else None
+
+
+def what_now(rows: list[tuple[str, str | None]]) -> str:
+    """The block an entry point prints last: where its outputs are and what to run next, one `name  value`
+    line each; rows without a value are left out."""
+    kept = [(name, value) for name, value in rows if value]
+    width = max((len(name) for name, _ in kept), default=0)
+    return "\n".join(["", "What now:", *(f"  {name:<{width}}  {value}" for name, value in kept)])
