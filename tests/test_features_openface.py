@@ -69,6 +69,19 @@ def test_resampled_onto_the_dataset_clock_and_padded_to_the_video(tmp_path):
     assert any("covers 50 frames" in w for w in warnings)
 
 
+@needs_real
+def test_a_video_that_starts_after_its_audio_puts_the_rows_after_the_lead(tmp_path):
+    raw = pd.read_csv(REAL_CSV, skipinitialspace=True)
+    raw.columns = raw.columns.str.strip()
+    raw["timestamp"] = np.arange(len(raw)) / 15.0  # OpenFace times rows from the video's first frame
+    path = tmp_path / "s.csv"
+    raw.to_csv(path, index=False)
+    plain, _, _ = import_openface(path, 15.0, n_frames=130)
+    late, _, _ = import_openface(path, 15.0, n_frames=130, video_start_s=2.0)  # the video starts at 2 s
+    assert not late["mask"][:30].any() and late["mask"][30:130].all()
+    assert np.array_equal(late["features"][30:130], plain["features"][:100])
+
+
 def test_csv_without_3d_landmarks_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.csv"
     pd.DataFrame({"frame": [1], "timestamp": [0.0], "confidence": [0.9], "success": [1]}).to_csv(path, index=False)

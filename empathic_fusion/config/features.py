@@ -42,8 +42,8 @@ class FaceConfig:
     backend: str = "mediapipe"              # mediapipe | openface (read <openface_dir>/<session_id>.csv)
     min_detection_confidence: float = 0.5
     min_tracking_confidence: float = 0.5
-    # faces the mesh looks for; the participant's is followed by position (features/face_mesh.py), and frames
-    # with more than one face are counted and reported. 1 notices no second face and may switch to it
+    # faces the mesh looks for; the participant's is followed from frame to frame (features/face_mesh.py), and
+    # frames with more than one face are counted and reported. 1 notices no second face and may switch to it
     max_faces: int = 2
     openface_dir: Optional[str] = None
     openface_min_confidence: float = 0.75   # OpenFace rows below it (or success 0) get mask 0

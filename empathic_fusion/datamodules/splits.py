@@ -7,6 +7,7 @@ split rows grouped by their group column with the same `group_folds` and `group_
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 from pathlib import Path
@@ -83,7 +84,9 @@ def split_participants(participant_ids: list[str], fractions: tuple[float, float
 
 def load_or_create_split(path: Path, participant_ids: list[str], fractions: tuple[float, float, float],
                          seed: int) -> tuple[dict[str, str], str]:
-    """Reuse the persisted split when it covers the same participants, else create and persist one."""
+    """Reuse the persisted split when it covers the same participants, else create and persist one. A
+    folder that cannot be written (a read-only store) keeps the new split in memory for this run, with a
+    note: it is drawn from the seed, so the next run draws the same one."""
     fractions = tuple(float(f) for f in fractions)
     if path.exists():
         saved = json.loads(path.read_text())
@@ -94,8 +97,15 @@ def load_or_create_split(path: Path, participant_ids: list[str], fractions: tupl
                     "new split", path)
     assignment = split_participants(participant_ids, fractions, seed)
     split_hash = canonical_hash(assignment)
-    atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash, "splitter": SPLITTER,
-                                         "assignment": assignment}, indent=1, sort_keys=True))
+    try:
+        atomic_write_text(path, json.dumps({"seed": seed, "fractions": fractions, "hash": split_hash,
+                                             "splitter": SPLITTER, "assignment": assignment}, indent=1, sort_keys=True))
+    except OSError as error:
+        if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        log.warning("split file %s cannot be written (%s): the split (hash %s) is used without being saved; it is "
+                    "drawn from data.split_seed=%s, so runs on these participants draw the same one", path,
+                    error.strerror, split_hash, seed)
     return assignment, split_hash
 
 

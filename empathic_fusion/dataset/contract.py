@@ -3,12 +3,17 @@
 Every problem is reported with the file, line and field it comes from, and all problems of a
 dataset are collected before raising, so a researcher can fix a whole CSV in one pass.
 Problems that can be handled without guessing (a session without a transcript) are kept as
-warnings: the session is excluded from windows and the warning says so.
+warnings: the session is excluded from windows and the warning says so. Files that start with a
+byte-order mark are read in the encoding it names (UTF-16, as Excel's "Unicode text" saves, or UTF-8
+with a BOM); a Windows path in sessions.csv (`media\\s01.mp4`) is read with `/` where that file exists.
 """
 from __future__ import annotations
 
+import codecs
 import difflib
+import io
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,21 +91,59 @@ def _line(row_index: int) -> int:
     return row_index + 2
 
 
+class EncodingProblem(ValueError):
+    """A text file that cannot be decoded; `line` (1-based, or None) and `message` say where and what."""
+
+    def __init__(self, line: int | None, message: str):
+        super().__init__(message)
+        self.line, self.message = line, message
+
+
+# byte-order marks, longest first (UTF-32 LE's starts with UTF-16 LE's): (mark, codec, name)
+_BYTE_ORDER_MARKS = ((codecs.BOM_UTF32_LE, "utf-32", "UTF-32"), (codecs.BOM_UTF32_BE, "utf-32", "UTF-32"),
+                     (codecs.BOM_UTF8, "utf-8-sig", "UTF-8 with a byte-order mark"),
+                     (codecs.BOM_UTF16_LE, "utf-16", "UTF-16"), (codecs.BOM_UTF16_BE, "utf-16", "UTF-16"))
+
+
+def decode_text(raw: bytes) -> str:
+    """A text file's contents: UTF-8, or the encoding its byte-order mark names (Excel saves "Unicode text"
+    as UTF-16 with one). Raises EncodingProblem naming the line, the byte and the encoding it was read as:
+    a file in another encoding (Latin-1), a UTF-16 file without a mark (NUL bytes between the letters),
+    bytes its own mark's encoding cannot decode."""
+    for mark, codec, name in _BYTE_ORDER_MARKS:
+        if raw.startswith(mark):
+            try:
+                return raw.decode(codec)
+            except UnicodeDecodeError as error:
+                before = raw[:error.start].decode(codec, errors="replace")
+                raise EncodingProblem(before.count("\n") + 1, (
+                    f"is {name} (it starts with a {name} byte-order mark) but byte {error.start + 1} of the file "
+                    f"(0x{raw[error.start]:02x}) cannot be decoded as {name}; save the file as UTF-8")) from None
+    if b"\x00" in raw:
+        at = raw.index(b"\x00")
+        raise EncodingProblem(raw.count(b"\n", 0, at) + 1, (
+            "is not UTF-8: it holds NUL bytes, as UTF-16 without a byte-order mark does (or it is not a text file); "
+            "save the file as UTF-8"))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:  # name the line and byte, not only the file
+        line_start = raw.rfind(b"\n", 0, error.start) + 1
+        raise EncodingProblem(raw.count(b"\n", 0, error.start) + 1, (
+            f"is not UTF-8: byte {error.start - line_start + 1} of the line is 0x{raw[error.start]:02x} "
+            f"(save the file as UTF-8)")) from None
+
+
 def _read_table(path: Path, required: tuple[str, ...], problems: list[Problem], rel: str) -> pd.DataFrame | None:
     if not path.exists():
         problems.append(Problem(rel, None, None, "file is missing"))
         return None
-    raw = path.read_bytes()
     try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as error:  # name the line and byte, not only the file
-        line_start = raw.rfind(b"\n", 0, error.start) + 1
-        problems.append(Problem(rel, raw.count(b"\n", 0, error.start) + 1, None,
-                                f"is not UTF-8: byte {error.start - line_start + 1} of the line is 0x{raw[error.start]:02x} "
-                                f"(save the file as UTF-8)"))
+        text = decode_text(path.read_bytes())
+    except EncodingProblem as problem:
+        problems.append(Problem(rel, problem.line, None, problem.message))
         return None
     try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except Exception as error:  # noqa: BLE001 - any parse failure is reported with the file name
         problems.append(Problem(rel, None, None, f"cannot be parsed as CSV ({error})"))
         return None
@@ -174,10 +217,9 @@ def _read_meta(root: Path, problems: list[Problem]) -> dict:
         problems.append(Problem(rel, None, None, "file is missing (it gives the dataset's name and fps)"))
         return {}
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        problems.append(Problem(rel, None, None, f"is not UTF-8 (byte {error.start} is "
-                                                 f"0x{error.object[error.start]:02x}); save the file as UTF-8"))
+        text = decode_text(path.read_bytes())
+    except EncodingProblem as problem:
+        problems.append(Problem(rel, problem.line, None, problem.message))
         return {}
     try:
         meta = yaml.safe_load(text)
@@ -282,18 +324,18 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
         if row.participant_id not in participants.index:
             problems.append(Problem(rel, _line(i), "participant_id",
                                     f"'{row.participant_id}' is not in participants.csv"))
-        video = root / row.video if row.video.strip() else None
-        audio = root / row.audio if row.audio.strip() else None
+        video = _media_path(root, row.video, rel, i, "video", warnings)
+        audio = _media_path(root, row.audio, rel, i, "audio", warnings)
         video_for = [m for m in ("video", "audio") if m in modalities and (m == "video" or audio is None)]
         if video is None and video_for:  # an audio-only session works for modalities that do not read video
             problems.append(Problem(rel, _line(i), "video", f"is empty (the {' and '.join(video_for)} modality reads "
                                     f"it; a session with only an audio file works with modality a+t, a or t)"))
         elif video is not None and not video.is_file() and video_for:
             problems.append(Problem(rel, _line(i), "video", f"file '{row.video}' does not exist (the "
-                                    f"{' and '.join(video_for)} modality reads it)"))
+                                    f"{' and '.join(video_for)} modality reads it){_slash_hint(row.video)}"))
         if audio is not None and not audio.is_file() and "audio" in modalities:
             problems.append(Problem(rel, _line(i), "audio", f"file '{row.audio}' does not exist (the audio "
-                                    f"modality reads it)"))
+                                    f"modality reads it){_slash_hint(row.audio)}"))
         videos.append(video)
         audios.append(audio)
     table["video"], table["audio"] = videos, audios
@@ -305,6 +347,39 @@ def _load_sessions(root: Path, participants: pd.DataFrame, problems: list[Proble
                                                                                  "audio" in read and row.audio is None))]
     _shared_media(media, rel, root, allow_shared_media, file_hash or sha256_file, problems, warnings)
     return table.drop_duplicates("session_id").set_index("session_id")[["participant_id", "video", "audio"]]
+
+
+def _windows_path(value: str) -> bool:
+    """Whether a path from a table uses Windows backslashes where they are not separators (POSIX)."""
+    return "\\" in value and os.sep == "/"
+
+
+def _with_slashes(value: str) -> str:
+    return value.replace("\\", "/")
+
+
+def _media_path(root: Path, value: str, rel: str, i: int, column: str, warnings: list[str]) -> Path | None:
+    """The media file a sessions.csv cell names (None when empty). On POSIX a backslash is part of a file
+    name, so a path written on Windows (`media\\s01.mp4`) is read with `/` when that file exists and the
+    name as written does not, with a warning naming the line."""
+    if not value.strip():
+        return None
+    path = root / value
+    if _windows_path(value) and not path.is_file():
+        slashed = root / _with_slashes(value)
+        if slashed.is_file():
+            warnings.append(f"{rel}, line {_line(i)}, field '{column}': '{value}' uses Windows backslashes; read as "
+                            f"'{_with_slashes(value)}' (write paths with '/' so the table reads the same "
+                            f"on every system)")
+            return slashed
+    return path
+
+
+def _slash_hint(value: str) -> str:
+    """What a missing file's message adds when its path has Windows backslashes."""
+    if not _windows_path(value):
+        return ""
+    return f"; nor does '{_with_slashes(value)}': write paths with '/', relative to the dataset folder"
 
 
 def _shared_media(media: list[tuple[int, str, Path, str, str]], rel: str, root: Path, allow_shared: bool,

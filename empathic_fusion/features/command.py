@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from empathic_fusion.config import with_defaults
 from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.core.branches import BRANCHES, branch_width
 from empathic_fusion.features.extract import ExtractionReport, extract_features, parse_shard
-from empathic_fusion.features.store import DATASET_KEY, FAILURES, FeatureStore, ShardMerge, shard_file
+from empathic_fusion.features.store import DATASET_KEY, FAILURES, HASH_CACHE, FeatureStore, ShardMerge, shard_file
 from empathic_fusion.utils.multirun import collect_failures, in_multirun, sweep_job
 from empathic_fusion.utils.run_output import warn_data
 
@@ -92,9 +93,29 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     print(report.summary())
     print(f"\nfeature store {store.root}:")
     print(format_dims(branch_dims(store, shown), {m: features["modalities"][m] for m in modalities}))
+    shard = parse_shard(cfg.shard)
     if report.failures:
-        print(f"\n{len(report.failures)} failure(s) listed in {store.root / shard_file(FAILURES, parse_shard(cfg.shard))}")
+        print(f"\n{len(report.failures)} failure(s) listed in {store.root / shard_file(FAILURES, shard)}"
+              if report.failures_saved else f"\n{len(report.failures)} failure(s), listed above (the store is "
+                                            f"read-only: no failure report was written)")
+    if shard is not None and not in_multirun():  # a multirun's end merges the shards by itself
+        note = shard_merge_note(store, shard)
+        if note:
+            print(f"\n{note}")
     return report
+
+
+def shard_merge_note(store: FeatureStore, shard: tuple[int, int]) -> str | None:
+    """What a single shard run (`extract.py shard=i/n`, no multirun) leaves beside the merged files, and the
+    command that merges them once every shard has finished; None when it left none."""
+    files = [shard_file(stem, shard) for stem in (FAILURES, HASH_CACHE)
+             if (store.root / shard_file(stem, shard)).exists()]
+    if not files:
+        return None
+    merged = " and ".join(f"{stem}.json" for stem in (FAILURES, HASH_CACHE))
+    return (f"shard {shard[0]}/{shard[1]}: its {' and '.join(files)} stay in {store.root} until the shards are merged "
+            f"into {merged}; when all {shard[1]} shards have finished, run: python extract.py merge=true "
+            f"data.store_dir={shlex.quote(str(store.root))} shards={shard[1]}")
 
 
 def prepare_demo(cfg: DictConfig) -> None:
@@ -146,7 +167,8 @@ def merge_command(cfg: DictConfig) -> bool:
         return True
     if len(counts) > 1:
         print(f"shard reports of {counts} shards in {store.root}; merging the latest, {counts[0]} (shards=N picks one)")
-    with store.writing(lock=cfg.lock, timeout=cfg.lock_timeout):  # not while shards still write their reports
+    with store.writing(lock=cfg.lock, timeout=cfg.lock_timeout,  # not while shards still write their reports
+                       what="merging the shards writes failures.json and file_hashes.json there"):
         merge = store.merge_shards(counts[0])
     print(merge.summary())
     return bool(merge.failures or merge.missing)

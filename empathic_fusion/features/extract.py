@@ -19,7 +19,10 @@ and writes its own failure report and hash cache (FeatureStore.merge_shards join
 A run with something to write holds the store's extraction lock (empathic_fusion/features/store_lock.py:
 one unsharded run, or the shards of one extraction, at a time) and first checks the free space against
 an estimate of what it writes (empathic_fusion/features/store_space.py); a disk that runs full stops the
-run with StoreSpaceError, since going on would only fail more.
+run with StoreSpaceError, since going on would only fail more. A run with nothing to write writes nothing
+(training, evaluation and prediction call this on every run, also on read-only stores); on a store that
+cannot be written, branches to write stop the run with StoreReadOnlyError naming them, except those the
+store's failure report lists as failed, which are not retried there.
 """
 from __future__ import annotations
 
@@ -40,7 +43,8 @@ from empathic_fusion.config.run import ExtractRunConfig
 from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
 from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreIntegrityError, StoreSpaceError
+from empathic_fusion.features.store import (DATASET_KEY, FeatureStore, StoreIntegrityError, StoreReadOnlyError,
+                                            StoreSpaceError)
 from empathic_fusion.features.store_lock import ExtractionLock
 from empathic_fusion.features.store_space import check_free_space
 from empathic_fusion.utils.run_output import native_logs_filtered
@@ -48,14 +52,19 @@ from empathic_fusion.utils.run_output import native_logs_filtered
 log = logging.getLogger(__name__)
 
 # 2: frames placed by their container timestamps always (PyAV; variable-rate video was placed by index /
-# average fps once 5 s off); up to face.max_faces faces found and the participant's followed by position
-FACE_VERSION = "2"
-OPENFACE_VERSION = "1"
+# average fps once 5 s off); up to face.max_faces faces found and the participant's followed by position.
+# 3: frames on the session clock (a video starting after its container's audio is masked until it starts);
+# the participant's face followed by position, size and shape, never switched; ambiguous and edge frames masked
+FACE_VERSION = "3"
+OPENFACE_VERSION = "2"  # 2: rows placed after a video's lead on the session clock
 # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear). 3: frames placed as in face
-# version 2; frames without the participant's face (cnn.mask_without_face) or near-constant (cnn.min_frame_std) masked
-CNN_VERSION = "3"
-AUDIO_VERSION = "3"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
-# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo up to 1.4x); mono input is unchanged
+# version 2; frames without the participant's face (cnn.mask_without_face) or near-constant (cnn.min_frame_std) masked.
+# 4: frames on the session clock and the participant's face as in face version 3
+CNN_VERSION = "4"
+AUDIO_VERSION = "4"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
+# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo up to 1.4x); mono input is unchanged.
+# 4: samples placed on the session clock by the streams' start times (audio starting late is masked until it
+# starts); openSMILE in chunks (equal to one call); the source sample rate recorded
 TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
 # overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
 # (the stories share this version: they are re-embedded, unchanged)
@@ -73,6 +82,7 @@ class ExtractionReport:
     face_frames: int = 0  # frames of the video branches (face and/or cnn) extracted in this run
     face_seconds: float = 0.0
     skipped_sessions: int = 0  # sessions left to other shards
+    failures_saved: bool = True  # False: the store could not be written, the failures are only in this report
 
     def summary(self) -> str:
         lines = [f"feature store: {len(self.extracted)} branch(es) extracted, {len(self.up_to_date)} up to date, "
@@ -259,12 +269,13 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
             from empathic_fusion.features.openface_import import import_openface
 
             try:
-                n_frames = probe_video(Path(job["video"])).frames_at(job["fps"]) or None
+                video_info = probe_video(Path(job["video"]))
+                n_frames, lead = video_info.frames_at(job["fps"]) or None, video_info.lead(job["fps"])
             except Exception:  # noqa: BLE001 - the CSV alone still gives the frames it covers
-                n_frames = None
+                n_frames, lead = None, 0.0
             with native_logs_filtered():
                 results["face"] = import_openface(Path(job["openface_csv"]), job["fps"], n_frames,
-                                                  job["face_cfg"]["openface_min_confidence"])
+                                                  job["face_cfg"]["openface_min_confidence"], lead)
         except Exception as error:  # noqa: BLE001 - every failure is reported, the others go on
             fail("face", error)
     video_branches = [b for b in ("face", "cnn") if b in branches and b not in results
@@ -312,16 +323,31 @@ def _session_note(sid: str, branch: str, note: str) -> str:
 
 
 def _length_warning(store: FeatureStore, sid: str) -> str | None:
-    """Video and audio of one session that differ by more than a second: aligned at 0, tail masked."""
+    """Video and audio of one session that differ by more than a second: aligned at 0, tail masked. A
+    separate audio file has no clock shared with the video (streams of one container do: media.session_origin),
+    so its recorder may have started earlier or later than the camera: the note says how to put that right."""
     video, audio = store.entry(sid, "face") or store.entry(sid, "cnn"), store.entry(sid, "audio")
     if not video or not audio:
         return None
     v, a = int(video["n_frames"]), int(audio["n_frames"])
     fps = float(video["signature"]["config"]["fps"])
-    if abs(v - a) > fps:
-        return (f"session '{sid}': video has {v} frames ({v / fps:.1f} s) but audio {a} ({a / fps:.1f} s); "
-                f"both start at 0 and the shorter one is masked after its end")
-    return None
+    if abs(v - a) <= fps:
+        return None
+    note = (f"session '{sid}': video has {v} frames ({v / fps:.1f} s) but audio {a} ({a / fps:.1f} s); "
+            f"both start at 0 and the shorter one is masked after its end")
+    video_hash = video["signature"].get("inputs", {}).get("video")
+    if video_hash is None or video_hash == audio["signature"].get("inputs", {}).get("audio"):
+        return note  # one container: its streams' start times already placed them
+    gap = abs(v - a) / fps
+    if a < v:
+        return (note + f". The audio is a separate file: if its recorder started up to {gap:.2f} s after the camera, "
+                f"the gap is at the start and the audio runs early; pad its start by the offset (e.g. `sox audio.wav "
+                f"fixed.wav pad {gap:.2f}` or `ffmpeg -i audio.wav -af adelay={gap * 1000:.0f}:all=1 fixed.wav`) and "
+                f"point sessions.csv's audio at the result")
+    return (note + f". The audio is a separate file: if its recorder started up to {gap:.2f} s before the camera, "
+            f"the gap is at the start and the audio runs late; trim the offset from its start (e.g. `sox audio.wav "
+            f"fixed.wav trim {gap:.2f}` or `ffmpeg -ss {gap:.2f} -i audio.wav fixed.wav`) and point sessions.csv's "
+            f"audio at the result")
 
 
 @dataclass
@@ -355,6 +381,10 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     up-to-date store never waits. Under the lock, what another run wrote meanwhile is dropped from the plan
     and the free space is checked against an estimate of what is left (StoreSpaceError before any work).
     A disk that runs full while writing stops the run with StoreSpaceError, recorded in the failure report.
+    A run with nothing to write writes nothing: the hash cache only when a new hash was computed, the failure
+    report only when it changed. On a store this process cannot write (a read-only mount, another user's
+    folder) branches to extract stop the run with StoreReadOnlyError naming them, before any work, except
+    those whose last extraction failed (listed in the failure report: kept as failures, not retried).
     """
     cfg = with_defaults(cfg)
     report = ExtractionReport()
@@ -366,9 +396,16 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     _check_languages(dataset, dict(cfg["text"]), "text" in wanted)
     times: list[tuple[str, str]] = []  # intact branches whose files' times to record (a store copy): under the lock
     plan = _plan(dataset, store, wanted, cfg, identity, shard, verify, report, times)
-    store.save_hash_cache(shard)  # a shard writes its own cache: shards running at once never overwrite each other's
+    # only when a hash was computed that the cache does not hold (a read-only store keeps it in memory); a shard
+    # writes its own cache: shards running at once never overwrite each other's
+    store.save_hash_cache(shard)
+    read_only = store.read_only_code()
+    if plan.todo and read_only is not None:
+        plan = _not_retried(store, plan, report)
+        if plan.todo:
+            raise _read_only_error(store, read_only, plan, report)
     if plan.todo:
-        with store.writing(shard, lock, lock_timeout):
+        with store.writing(shard, lock, lock_timeout, what=_what_to_write(plan)):
             plan = _not_written_meanwhile(store, plan, report)
             for owner, branch in times:
                 store.record_times(owner, branch)
@@ -383,7 +420,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                     except OSError:
                         pass  # not even the report fits; the error says what to do
                     raise
-    elif times:
+    elif times and read_only is None:
         held = ExtractionLock(store.root, shard)
         if held.try_acquire():  # when no other run writes (and the store is writable); else the next run does it
             try:
@@ -396,8 +433,65 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
         note = _length_warning(store, session_id)
         if note:
             report.warnings.append(note)
-    store.write_failures(report.failures, shard)
+    report.failures_saved = store.write_failures(report.failures, shard) is not None
     return report
+
+
+def _not_retried(store: FeatureStore, plan: _Plan, report: ExtractionReport) -> _Plan:
+    """On a store that cannot be written: the plan less the branches its failure report lists as failed
+    (their last extraction failed; retrying needs a writable store), which stay recorded failures, so a
+    finished store with a few failed sessions is read as it is (training masks them)."""
+    recorded = store.recorded_failures()
+    left = _Plan()
+    carried = []
+    for owner, todo in plan.todo.items():
+        for branch, signature in todo.items():
+            failure = recorded.get((owner, branch))
+            if failure is not None:
+                report.failures.append(failure)
+                carried.append(f"{owner}/{branch}")
+                continue
+            left.todo.setdefault(owner, {})[branch] = signature
+            left.seen[(owner, branch)] = plan.seen[(owner, branch)]
+    if carried:
+        log.warning("feature store %s cannot be written: %d branch(es) whose last extraction failed are not "
+                    "retried (%s); they stay failures", store.root, len(carried), ", ".join(carried[:10])
+                    + (f" and {len(carried) - 10} more" if len(carried) > 10 else ""))
+    return left
+
+
+def _planned_reasons(store: FeatureStore, plan: _Plan, report: ExtractionReport) -> list[str]:
+    """Each planned branch with why it has to be written: not extracted, damaged, or stale (what changed)."""
+    from empathic_fusion.features.freshness import signature_difference
+
+    damaged = {(d["session_id"], d["branch"]): d["problems"] for d in report.damaged}
+    reasons = []
+    for owner, todo in plan.todo.items():
+        for branch, signature in todo.items():
+            where = "the story embeddings" if owner == DATASET_KEY else f"session '{owner}', branch '{branch}'"
+            seen = plan.seen[(owner, branch)]
+            if (owner, branch) in damaged:
+                why = f"damaged ({damaged[(owner, branch)][0]})"
+            elif seen is None:
+                why = "not extracted"
+            else:
+                why = f"stale ({signature_difference(seen.get('signature') or {}, signature)} changed)"
+            reasons.append(f"{where}: {why}")
+    return reasons
+
+
+def _what_to_write(plan: _Plan) -> str:
+    count = sum(len(todo) for todo in plan.todo.values())
+    return f"this run would have to extract {count} branch(es) into it"
+
+
+def _read_only_error(store: FeatureStore, code: int, plan: _Plan, report: ExtractionReport,
+                     shown: int = 10) -> StoreReadOnlyError:
+    """What a run on a store it cannot write would have to extract, named branch by branch (the first
+    `shown`), and what to do."""
+    reasons = _planned_reasons(store, plan, report)
+    details = reasons[:shown] + ([f"... and {len(reasons) - shown} more"] if len(reasons) > shown else [])
+    return store.read_only_error(code, f"{_what_to_write(plan)} (stale, damaged or missing there)", details)
 
 
 def _plan(dataset: EmpathyDataset, store: FeatureStore, wanted: list[str], cfg: dict, identity: str,

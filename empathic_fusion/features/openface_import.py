@@ -71,11 +71,13 @@ def openface_rows(table: pd.DataFrame, min_confidence: float) -> tuple[np.ndarra
 
 
 def import_openface(path: Path, fps: float, n_frames: int | None = None,
-                    min_confidence: float = 0.75) -> tuple[dict, dict, list[str]]:
+                    min_confidence: float = 0.75, video_start_s: float = 0.0) -> tuple[dict, dict, list[str]]:
     """Arrays (features T x OPENFACE_DIM float16, mask T uint8), info and warnings for one session.
 
     n_frames (the session's length on the dataset clock, e.g. from its video) fixes T; without it T
-    covers the CSV's last timestamp plus one source frame.
+    covers the CSV's last timestamp plus one source frame. OpenFace times its rows from the video's first
+    frame; video_start_s (media.VideoInfo.lead: a video that starts after its container's audio) puts them
+    on the session clock, so the frames before the video are masked as the face branch masks them.
     """
     table = read_openface_csv(Path(path))
     if table.empty:
@@ -84,6 +86,7 @@ def import_openface(path: Path, fps: float, n_frames: int | None = None,
     stamps = table["timestamp"].to_numpy(dtype=np.float64)
     if np.any(np.diff(stamps) < 0):
         raise OpenFaceFormatError(f"{path}: timestamps are not sorted")
+    stamps = stamps + video_start_s
     period = float(np.median(np.diff(stamps))) if len(stamps) > 1 else 1.0 / fps
     covered = int(math.ceil((stamps[-1] + period) * fps - 1e-6))  # frames starting before the CSV ends
     total = int(n_frames) if n_frames else covered

@@ -29,6 +29,13 @@ bytes overwritten in place are found before use; `check_branch(..., deep=True)` 
 verify=true`) re-hashes every file and looks for NaN/Inf, which also finds damage that kept both size
 and modification time. Non-finite values never enter the store: `write_branch` rejects them. Folders and files are
 created with the process umask (a lab's shared store stays readable to colleagues).
+
+Read-only stores (a lab's store handed to students, a read-only mount on a cluster): a run that finds
+everything up to date writes nothing into the store (the hash cache only when it learnt a new hash, the
+failure report only when it changed), so training, evaluation and prediction read such a store as it is.
+What it cannot save there (new input-file hashes, a failure report) is kept in memory for the run; what
+extraction would have to write (a stale, damaged or missing branch) stops with StoreReadOnlyError naming
+the branches, the folder and data.store_dir.
 """
 from __future__ import annotations
 
@@ -118,13 +125,38 @@ class StoreLocationError(UserError, OSError):
         return self.strerror
 
 
+class StoreReadOnlyError(StoreLocationError):
+    """The run has to write into the store (create it, extract a stale or missing branch) and the store's
+    folder cannot be written (a read-only mount, another user's folder); the message names the folder, what
+    would be written and data.store_dir."""
+
+
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)  # a read-only file system, or no permission
+
+
+def not_writable(error: BaseException) -> bool:
+    """Whether an error says the place cannot be written (read-only file system, no permission)."""
+    return isinstance(error, OSError) and error.errno in NOT_WRITABLE
+
+
 def _store_folder(root: Path) -> None:
-    """Create the store folder; a path through a dangling link or a file gets its own message."""
+    """Create the store folder; a path through a dangling link or a file, or a folder that cannot be
+    created there (a read-only dataset folder), gets its own message."""
     try:
         root.mkdir(parents=True, exist_ok=True)
         return
     except (FileExistsError, NotADirectoryError) as error:
         failure = error
+    except OSError as error:
+        if not not_writable(error):
+            raise
+        existing = root.absolute()
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        raise StoreReadOnlyError(error.errno, (
+            f"feature store folder {root} cannot be created: {existing} is not writable ({error.strerror}); "
+            f"extraction writes the features there. Set data.store_dir to a writable folder (e.g. "
+            f"data.store_dir=/scratch/$USER/features), or make {existing} writable")) from None
     for part in [*reversed(root.absolute().parents), root.absolute()]:
         if part.is_symlink() and not part.exists():
             raise StoreLocationError(errno.ENOENT, (
@@ -148,6 +180,18 @@ class FeatureStore:
         self._manifests: dict[str, tuple[tuple[int, int, int], dict]] = {}
         self._rehashed: dict[Path, tuple[int, int]] = {}  # files whose changed mtime was re-hashed: (size, mtime_ns)
         self._hash_cache: dict[str, dict] = self._read_hash_caches()
+        self._hash_cache_dirty = False  # a hash was computed that the cache files do not hold: save_hash_cache writes
+
+    def read_only_code(self) -> int | None:
+        """None when this process may create files in the store folder; else why not: EROFS (a read-only
+        mount) or EACCES (another user's folder, a folder without write permission; root passes those)."""
+        if os.access(self.root, os.W_OK | os.X_OK):
+            return None
+        try:
+            read_only = bool(os.statvfs(self.root).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):  # no statvfs (Windows)
+            read_only = False
+        return errno.EROFS if read_only else errno.EACCES
 
     # ---- input hashing -------------------------------------------------------------------
     def file_hash(self, path: str | Path) -> str:
@@ -160,6 +204,7 @@ class FeatureStore:
             return cached["sha256"]
         digest = sha256_file(path)
         self._hash_cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+        self._hash_cache_dirty = True
         return digest
 
     def _read_hash_caches(self) -> dict[str, dict]:
@@ -175,17 +220,29 @@ class FeatureStore:
                 continue  # a damaged cache only costs hashing again
         return cache
 
-    def save_hash_cache(self, shard: tuple[int, int] | None = None) -> None:
-        """Write the hash cache; a shard writes its own file, so concurrent shards never overwrite each
-        other's entries (`merge_shards` joins them). A full disk only costs hashing again next time."""
+    def save_hash_cache(self, shard: tuple[int, int] | None = None, force: bool = False) -> bool:
+        """Write the hash cache when a hash was computed that its files do not hold (or `force`): a run
+        that hashed nothing new writes nothing, so an up-to-date read-only store is only read. A shard
+        writes its own file, so concurrent shards never overwrite each other's entries (`merge_shards` joins
+        them). A full disk or a store that cannot be written only costs hashing again next time (the hashes
+        stay in memory for this run). True when the file was written."""
+        if not (self._hash_cache_dirty or force):
+            return False
+        path = self.root / shard_file(HASH_CACHE, shard)
         try:
-            atomic_write_text(self.root / shard_file(HASH_CACHE, shard),
-                              json.dumps(self._hash_cache, indent=0, sort_keys=True))
+            atomic_write_text(path, json.dumps(self._hash_cache, indent=0, sort_keys=True))
         except OSError as error:
+            if not_writable(error):
+                log.debug("feature store %s cannot be written (%s): the input-file hashes were not saved in %s; "
+                          "they are kept for this run and computed again next time", self.root, error.strerror, path)
+                return False
             if not is_disk_full(error):
                 raise
             log.warning("feature store %s: the disk is full (%s free); the input-file hashes were not saved and "
                         "are computed again next time", self.root, format_bytes(free_bytes(self.root)))
+            return False
+        self._hash_cache_dirty = False
+        return True
 
     def merge_shards(self, count: int, finished: set[int] | None = None) -> ShardMerge:
         """Join the failure reports of shards 0..count-1 into `failures.json` (each failure tagged with
@@ -203,7 +260,7 @@ class FeatureStore:
         merge.path = self.write_failures(merge.failures)
         caches = sorted(self.root.glob(f"{HASH_CACHE}-shard*of*.json"))
         self._hash_cache = {**self._read_hash_caches(), **self._hash_cache}
-        self.save_hash_cache()
+        self.save_hash_cache(force=bool(caches))  # the shards' entries go into file_hashes.json
         for path in caches:  # their entries are in file_hashes.json now
             path.unlink(missing_ok=True)
         return merge
@@ -326,16 +383,25 @@ class FeatureStore:
 
     # ---- writing -------------------------------------------------------------------------
     @contextmanager
-    def writing(self, shard: tuple[int, int] | None = None, lock: str = "wait",
-                timeout: float | None = None) -> Iterator[ExtractionLock]:
+    def writing(self, shard: tuple[int, int] | None = None, lock: str = "wait", timeout: float | None = None,
+                what: str = "this run has branches to write") -> Iterator[ExtractionLock]:
         """Hold the store's extraction lock while writing (empathic_fusion/features/store_lock.py): an unsharded
-        run alone, the shards of one extraction together; `lock` wait or fail when another run holds it."""
-        with ExtractionLock(self.root, shard, lock, timeout) as held:
-            self._lock = held
-            try:
-                yield held
-            finally:
-                self._lock = None
+        run alone, the shards of one extraction together; `lock` wait or fail when another run holds it.
+        A store that cannot be written stops here with StoreReadOnlyError (saying `what` the run would
+        write), before anything is written."""
+        held = ExtractionLock(self.root, shard, lock, timeout)
+        try:
+            held.acquire()
+        except OSError as error:
+            if not not_writable(error):
+                raise
+            raise self.read_only_error(error.errno, what) from None
+        self._lock = held
+        try:
+            yield held
+        finally:
+            self._lock = None
+            held.release()
 
     def _remove_leftovers(self, owner_dir: Path, branch: str) -> None:
         """Remove the temporary and replaced folders of `branch` that killed writers left: this process's,
@@ -446,14 +512,32 @@ class FeatureStore:
                 f"'{branch}') holds NaN/Inf{where}; run `python extract.py verify=true` to find and redo damaged "
                 f"branches")
 
-    def write_failures(self, failures: list[dict], shard: tuple[int, int] | None = None) -> Path:
+    def read_only_error(self, code: int, what: str, details: list[str] | tuple[str, ...] = ()) -> StoreReadOnlyError:
+        """StoreReadOnlyError for a run that must write into this store and cannot: `what` it would write,
+        then the `details` (one per line), with what to do."""
+        listed = "".join(f"\n  {line}" for line in details)
+        return StoreReadOnlyError(code, (
+            f"feature store {self.root} is read-only for this run ({os.strerror(code)}), and {what}; nothing was "
+            f"written. Ask the store's owner to run extract.py on it, or copy it to a writable folder and set "
+            f"data.store_dir to that folder (data.store_dir=/scratch/$USER/features extracts a store of your own)"
+            + (f". To extract:{listed}" if listed else "")))
+
+    def write_failures(self, failures: list[dict], shard: tuple[int, int] | None = None) -> Path | None:
         """The failure report: every (session, branch) that failed in the last run and why (a shard's
-        own file for a shard)."""
+        own file for a shard). A report that already says this is left as it is (a run that found
+        everything up to date writes nothing); None when the store cannot be written (the failures are
+        then only in the run's summary)."""
         path = self.root / shard_file(FAILURES, shard)
         text = json.dumps(failures, indent=1)
+        if _same_entries(self.read_failures(shard), failures):
+            return path
         try:
             atomic_write_text(path, text)
         except OSError as error:
+            if not_writable(error):
+                log.warning("feature store %s cannot be written (%s): the failure report %s was not updated; the "
+                            "run's summary lists its %d failure(s)", self.root, error.strerror, path, len(failures))
+                return None
             if not is_disk_full(error):
                 raise
             raise StoreSpaceError(f"feature store {self.root}: the disk is full: the failure report {path} needs "
@@ -462,6 +546,28 @@ class FeatureStore:
                                   f"to a larger one) and run extract.py again") from error
         return path
 
+    def read_failures(self, shard: tuple[int, int] | None = None) -> list[dict] | None:
+        """The failure report as the last run (of this shard) left it; None when there is none (or it is damaged)."""
+        try:
+            failures = json.loads((self.root / shard_file(FAILURES, shard)).read_text())
+        except (OSError, ValueError):
+            return None
+        return failures if isinstance(failures, list) else None
+
+    def recorded_failures(self) -> dict[tuple[str, str], dict]:
+        """(session, branch) -> its failure in the store's failure reports (the merged one and every
+        shard's): what the last extractions could not extract."""
+        recorded: dict[tuple[str, str], dict] = {}
+        for path in [*sorted(self.root.glob(f"{FAILURES}-shard*of*.json")), self.root / f"{FAILURES}.json"]:
+            try:
+                failures = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for failure in failures if isinstance(failures, list) else []:
+                if isinstance(failure, dict) and "session_id" in failure and "branch" in failure:
+                    recorded[(str(failure["session_id"]), str(failure["branch"]))] = failure
+        return recorded
+
     def manifest_hash(self, owners: list[str], branches: list[str],
                       excluded: set[tuple[str, str]] = frozenset()) -> str:
         """Hash of the signatures of the given branches: identifies the features a model saw. Branches in
@@ -469,6 +575,13 @@ class FeatureStore:
         return canonical_hash({o: {b: None if (o, b) in excluded else (self.entry(o, b) or {}).get("signature")
                                    for b in branches} for o in owners})
 
+
+
+def _same_entries(recorded: list[dict] | None, failures: list[dict]) -> bool:
+    """Whether a recorded failure report holds these failures (in any order)."""
+    if recorded is None or len(recorded) != len(failures):
+        return False
+    return sorted(map(canonical_hash, recorded)) == sorted(map(canonical_hash, failures))
 
 
 def _file_problem(path: Path, expected: dict | None, deep: bool) -> str | None:

@@ -6,8 +6,15 @@ next batch. Frames that are held (slower input) reuse the source frame's result.
 video stream's duration; frames that cannot be decoded stay zero with mask 0.
 
 What is reported per session, in the branches' warnings: the stream's irregularities (media.iter_frames),
-a truncated video, frames with more than one face (face), and masked stretches longer than
-MASKED_STRETCH_SECONDS (face: no participant face; cnn: masked, with the reasons of cnn_frames.py).
+a truncated video, frames with more than one face, frames where which face is the participant's is
+ambiguous and frames with the participant's face at the frame's edge (face: face_mesh.py), and masked
+stretches longer than MASKED_STRETCH_SECONDS (face: no participant face; cnn: masked, with the reasons of
+cnn_frames.py).
+
+Memory stays bounded for long sessions: each branch's output is allocated once in its stored dtype (float16
+features, uint8 mask) from the header's frame count (grown by doubling when a stream has more frames than
+it declares) and each frame's row is written as it is computed; the CNN's embeddings are brought from the
+device one chunk behind the batches in flight, straight into that array.
 """
 from __future__ import annotations
 
@@ -40,35 +47,65 @@ def cached_embedder(cnn_cfg: dict[str, Any]):
 # (benchmarks/extract.py measures each branch beside its network alone). Held: the chunk's decoded frames
 # (640 x 360: 0.7 MB each; 1080p: 6 MB) and up to as many 224 x 224 CNN inputs (0.15 MB each).
 CHUNK_FRAMES = 16
+COPY_BLOCK = 4096  # CNN rows copied at once to the frames that repeat an embedded frame
+
+
+def _room(array: np.ndarray, row: int, fill: int = 0) -> np.ndarray:
+    """`array`, or a copy with twice its rows (at least row + 1; the new ones `fill`) when it has no row
+    `row`: a stream with more frames than its header declares (or none declared)."""
+    if row < len(array):
+        return array
+    grown = np.full((max(2 * len(array), row + 1, CHUNK_FRAMES),) + array.shape[1:], fill, dtype=array.dtype)
+    grown[:len(array)] = array
+    return grown
 
 
 class _CnnBuffer:
-    """Collects prepared frames and embeds them batch_size at a time, CHUNK_FRAMES frames at once."""
+    """Collects prepared frames and embeds them batch_size at a time, CHUNK_FRAMES frames at once, into
+    `features` (float16, one row per target frame). The batches of one chunk run (asynchronously on a GPU)
+    while the CPU decodes and tracks the next; they are brought to the CPU when the next chunk is submitted,
+    so the device holds at most two chunks' outputs, not the session's."""
 
-    def __init__(self, embedder):
+    def __init__(self, embedder, n_frames: int):
         self.embedder = embedder
-        self.rows: dict[int, int] = {}  # target frame -> row of the embedded outputs
+        self.features = np.zeros((n_frames, embedder.dim), dtype=np.float16)
         self.pending: list[np.ndarray] = []
-        self.outputs: list[np.ndarray] = []
+        self.pending_targets: list[int] = []
+        self.in_flight: list[tuple[Any, list[int]]] = []  # (a submitted batch's output, its target frames)
         self.count = 0
         self.chunk = max(CHUNK_FRAMES, embedder.batch_size)
 
     def add(self, target: int, image: np.ndarray) -> None:
-        self.rows[target] = self.count
         self.pending.append(image)
+        self.pending_targets.append(target)
         self.count += 1
         if len(self.pending) >= self.chunk:
             self.flush()
 
     def flush(self) -> None:
+        earlier = len(self.in_flight)  # the previous chunk's batches: done while this chunk was decoded
         size = self.embedder.batch_size
         for start in range(0, len(self.pending), size):  # asynchronous on a GPU
-            self.outputs.append(self.embedder.submit(self.pending[start:start + size]))
-        self.pending = []
+            self.in_flight.append((self.embedder.submit(self.pending[start:start + size]),
+                                   self.pending_targets[start:start + size]))
+        self.pending, self.pending_targets = [], []
+        self.collect(earlier)
 
-    def matrix(self) -> np.ndarray:
+    def collect(self, batches: int | None = None) -> None:
+        """Wait for the first `batches` in flight (all: None) and write their rows (the float32 outputs cast
+        to float16, as one matrix of the session's outputs was)."""
+        done, self.in_flight = self.in_flight[:batches], self.in_flight[len(self.in_flight[:batches]):]
+        if not done:
+            return
+        rows = self.embedder.collect([output for output, _ in done])
+        targets = np.array([t for _, batch in done for t in batch], dtype=np.int64)
+        self.features = _room(self.features, int(targets.max()))
+        self.features[targets] = rows.astype(np.float16)
+
+    def finish(self) -> np.ndarray:
         self.flush()
-        return self.embedder.collect(self.outputs) if self.outputs else np.zeros((0, self.embedder.dim), np.float32)
+        self.collect()
+        return self.features
 
 
 # A session's masked stretches longer than this are reported, per branch (face: no participant face; cnn:
@@ -78,17 +115,41 @@ STRETCHES_LISTED = 5  # the longest ones are named in the warning, the rest coun
 
 
 def _track(tracker, chunk: deque, n_frames: int, last_source: int,
-           fps: float) -> dict[int, tuple[np.ndarray | None, int]]:
-    """The participant's face landmarks and the number of faces found in each new source frame of a decoded
-    chunk, in video order (the mesh tracks, and follows the participant by position)."""
-    found: dict[int, tuple[np.ndarray | None, int]] = {}
+           fps: float) -> dict[int, tuple[np.ndarray | None, int, str]]:
+    """The participant's face landmarks, the number of distinct faces found and the tracker's outcome
+    (face_mesh.OUTCOMES) in each new source frame of a decoded chunk, in video order (the mesh tracks, and
+    the tracker follows the participant from frame to frame)."""
+    found: dict[int, tuple[np.ndarray | None, int, str]] = {}
     for target, source, frame in chunk:
         if n_frames and target >= n_frames:
             break
         if source != last_source and source not in found:
-            found[source] = (tracker.landmarks(frame, target / fps), tracker.faces_found)
+            found[source] = (tracker.landmarks(frame, target / fps), tracker.faces_found, tracker.outcome)
         last_source = source
     return found
+
+
+def _face_notes(multi_face: int, outcomes: dict[str, int], n_frames: int) -> list[str]:
+    """The face branch's warnings about whose face was used (face_mesh.py), worded `<what>: <numbers>; <what
+    was done>`."""
+    from empathic_fusion.features.face_mesh import AMBIGUOUS, AT_EDGE, OTHER_FACES
+
+    notes = []
+    if multi_face:
+        notes.append(f"more than one face in {multi_face} of {n_frames} frames ({100 * multi_face / n_frames:.1f}%); "
+                     f"only the participant's face is used: the largest and most central face, then followed from "
+                     f"frame to frame by its position, size and landmark shape, never switched for another")
+    if outcomes[OTHER_FACES]:
+        notes.append(f"no face that continues the participant's in {outcomes[OTHER_FACES]} of {n_frames} frames (only "
+                     f"other people's faces, or a face too far from where the participant's was); masked")
+    if outcomes[AMBIGUOUS]:
+        notes.append(f"ambiguous which face is the participant's in {outcomes[AMBIGUOUS]} of {n_frames} frames (two "
+                     f"faces about equally large and central, or about equally close to where the participant's "
+                     f"was); masked")
+    if outcomes[AT_EDGE]:
+        notes.append(f"face at the frame's edge (partly out of view) in {outcomes[AT_EDGE]} of {n_frames} frames; "
+                     f"masked")
+    return notes
 
 
 def _stretches(masked: np.ndarray, min_frames: int) -> list[tuple[int, int]]:
@@ -125,7 +186,8 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
     """
     from empathic_fusion.config.features import CnnConfig
     from empathic_fusion.features.cnn_frames import grey_std
-    from empathic_fusion.features.face_mesh import FACE_DIM, FaceMeshTracker, frame_features
+    from empathic_fusion.features.face_mesh import (AMBIGUOUS, AT_EDGE, FACE_DIM, NO_FACE, OUTCOMES,
+                                                    FaceMeshTracker, frame_features)
 
     if face_cfg is None and cnn_cfg is None:
         raise ValueError("extract_video needs face_cfg and/or cnn_cfg")
@@ -142,20 +204,25 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
     cnn_needs_face = embedder is not None and (embedder.crop == "face" or mask_without_face)
     need_tracker = face_cfg is not None or cnn_needs_face
     tracker = FaceMeshTracker(**{**(tracker_cfg or {}), **(face_cfg or {})}) if need_tracker else None
-    buffer = _CnnBuffer(embedder) if embedder is not None else None
-    faces: dict[int, np.ndarray] = {}
-    held: dict[int, int] = {}  # CNN: target frame -> the embedded target frame it repeats
-    constant_frames: list[int] = []  # CNN: target frames with a near-constant image
-    multi_face = other_face_only = 0  # target frames with more than one face; with only others' faces
-    decoded = 0
+    buffer = _CnnBuffer(embedder, n_frames) if embedder is not None else None
+    # per target frame, in the stored dtypes: the face branch's features and mask; the CNN's embedded target
+    # frame each repeats (-1: masked) and near-constant images
+    face_features = np.zeros((n_frames if face_cfg is not None else 0, FACE_DIM), dtype=np.float16)
+    face_mask = np.zeros(len(face_features), dtype=np.uint8)
+    held = np.full(n_frames if buffer is not None else 0, -1, dtype=np.int64)
+    is_constant = np.zeros(len(held), dtype=bool)
+    outcomes = dict.fromkeys(OUTCOMES, 0)  # target frames per tracker outcome
+    multi_face = 0  # target frames with more than one distinct face
+    decoded = end = 0  # target frames decoded; one past the last (iter_frames starts a late video after 0)
     spent = {"decode": 0.0, "face": 0.0, "cnn": 0.0, "face_frames": 0, "cnn_frames": 0}
     clock = time.perf_counter
     decode_notes: list[str] = []
     frames = iter_frames(video, fps, decode_notes)
     try:
-        last_source, last_vector, last_points, last_embedded, found, constant = -1, None, None, -1, 0, False
+        last_source, last_row, last_points, last_embedded, found, constant = -1, None, None, -1, 0, False
+        outcome = NO_FACE
         ahead: deque = deque()
-        tracked: dict[int, tuple[np.ndarray | None, int]] = {}  # source frame -> (landmarks (pixels), faces found)
+        tracked: dict[int, tuple[np.ndarray | None, int, str]] = {}  # source frame -> _track's
         while True:
             if not ahead:  # decode CHUNK_FRAMES at once, then track their faces in a row (caches stay warm)
                 started = clock()
@@ -174,19 +241,21 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
             new_source = source != last_source
             if tracker is not None and new_source:
                 started = clock()
-                last_points, found = tracked[source]
-                last_vector = None if last_points is None else frame_features(last_points, frame.shape[1],
-                                                                               frame.shape[0])
+                last_points, found, outcome = tracked[source]
+                # float64 -> float32 -> float16, as the stored features always were: the same bits
+                last_row = None if last_points is None or face_cfg is None else \
+                    frame_features(last_points, frame.shape[1], frame.shape[0]).astype(np.float32).astype(np.float16)
                 spent["face"] += clock() - started
             if tracker is not None:
                 multi_face += found > 1
-                other_face_only += found > 0 and last_points is None
+                outcomes[outcome] += 1
             if buffer is not None:
                 started = clock()
+                held, is_constant = _room(held, target, -1), _room(is_constant, target)
                 if new_source:
                     constant = min_std > 0 and grey_std(frame) < min_std
                 if constant:
-                    constant_frames.append(target)
+                    is_constant[target] = True
                     last_embedded = -1  # masked; never an earlier frame's embedding held over it
                 elif cnn_needs_face and last_points is None:
                     last_embedded = -1  # no participant face: mask 0, never a stale frame held over
@@ -199,63 +268,60 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
                     else:
                         last_embedded = -1
                 if last_embedded >= 0:
-                    held[target] = last_embedded
+                    held[target] = last_embedded  # -1 (held[] starts so): CNN mask 0
                 spent["cnn"] += clock() - started
             last_source = source
-            decoded += 1
-            if last_vector is not None:
-                faces[target] = last_vector
+            decoded, end = decoded + 1, target + 1
+            if last_row is not None:
+                face_features, face_mask = _room(face_features, target), _room(face_mask, target)
+                face_features[target], face_mask[target] = last_row, 1
     finally:
         frames.close()  # its notes about the stream are complete once it is closed
         if tracker is not None:
             tracker.close()
     if decoded == 0:
         raise MediaError(f"no frame of {video} could be decoded")
-    n_frames = max(n_frames, decoded)
+    n_frames = max(n_frames, end)
+    first = end - decoded  # frames before the video's first (it starts late: iter_frames' note) have no picture
     stream_notes = list(decode_notes)
-    if decoded < n_frames:
-        stream_notes.append(f"video truncated: decoded {decoded} of {n_frames} frames; frames {decoded}-{n_frames - 1} "
-                            f"are masked")
+    if end < n_frames:
+        stream_notes.append(f"video truncated: decoded {decoded} of {n_frames - first} frames; "
+                            f"frames {end}-{n_frames - 1} are masked")
+    pictured = np.zeros(n_frames, dtype=bool)  # the frames a masked stretch is looked for in
+    pictured[first:end] = True
     long_run = int(round(MASKED_STRETCH_SECONDS * fps))
     results: dict[str, tuple[dict, dict, list[str]]] = {}
     base = {"n_frames": n_frames, "decoded_frames": decoded, "source_fps": info.fps}
     if tracker is not None:
-        base["multi_face_frames"] = multi_face
+        base.update(multi_face_frames=multi_face, ambiguous_face_frames=outcomes[AMBIGUOUS],
+                    edge_face_frames=outcomes[AT_EDGE])
     if face_cfg is not None:
-        features = np.zeros((n_frames, FACE_DIM), dtype=np.float32)
-        mask = np.zeros(n_frames, dtype=np.uint8)
-        for target, vector in faces.items():
-            features[target], mask[target] = vector, 1
+        features = _room(face_features, n_frames - 1)[:n_frames]
+        mask = _room(face_mask, n_frames - 1)[:n_frames]
+        face_frames = int(mask.sum())
         notes = list(stream_notes)
-        if not faces:
-            notes.append(f"no face found in any of {n_frames} frames; face features are masked")
+        if not face_frames:  # the reasons follow when faces were found (at the frame's edge, someone else's)
+            found = "face found" if outcomes[NO_FACE] == decoded else "usable participant face"
+            notes.append(f"no {found} in any of {n_frames} frames; face features are masked")
         else:
-            runs = _stretches(mask[:decoded] == 0, long_run)
+            runs = _stretches((mask == 0) & pictured, long_run)
             if runs:
                 notes.append(_stretch_note("no participant face", runs, fps) + "; those frames are masked")
-        if multi_face:
-            share = 100 * multi_face / n_frames
-            notes.append(f"more than one face in {multi_face} of {n_frames} frames ({share:.1f}%); "
-                         f"the participant's face is followed by its position from frame to frame, the others "
-                         f"are not used" + (f"; {other_face_only} frames showed only other faces and are masked"
-                                             if other_face_only else ""))
-        results["face"] = ({"features": features.astype(np.float16), "mask": mask},
-                           {**base, "face_frames": len(faces)}, notes)
+        notes.extend(_face_notes(multi_face, outcomes, n_frames))
+        results["face"] = ({"features": features, "mask": mask}, {**base, "face_frames": face_frames}, notes)
     if buffer is not None:
         started = clock()
-        embedded = buffer.matrix()
+        features = _room(buffer.finish(), n_frames - 1)[:n_frames]
         spent["cnn"] += clock() - started
-        features = np.zeros((n_frames, embedder.dim), dtype=np.float16)
-        mask = np.zeros(n_frames, dtype=np.uint8)
-        if held:
-            targets = np.fromiter(held.keys(), dtype=np.int64)
-            rows = np.array([buffer.rows[t] for t in held.values()], dtype=np.int64)
-            features[targets] = embedded[rows].astype(np.float16)
-            mask[targets] = 1
+        held, is_constant = _room(held, n_frames - 1, -1)[:n_frames], _room(is_constant, n_frames - 1)[:n_frames]
+        # frames that repeat an embedded one get its row, a block at a time (no session-sized temporary)
+        repeats = np.flatnonzero((held >= 0) & (held != np.arange(n_frames)))
+        for start in range(0, len(repeats), COPY_BLOCK):
+            rows = repeats[start:start + COPY_BLOCK]
+            features[rows] = features[held[rows]]
+        mask = (held >= 0).astype(np.uint8)
         notes = list(stream_notes)
-        is_constant = np.zeros(n_frames, dtype=bool)
-        is_constant[constant_frames] = True
-        runs = _stretches(mask[:decoded] == 0, long_run)
+        runs = _stretches((mask == 0) & pictured, long_run)
         if runs:
             def reasons(start: int, end: int) -> str:
                 dark = int(is_constant[start:end].sum())
@@ -266,7 +332,7 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
 
             notes.append(_stretch_note("CNN frames masked", runs, fps, reasons) + "; those frames get CNN mask 0")
         results["cnn"] = ({"features": features, "mask": mask},
-                          {**base, "embedded_frames": int(len(embedded)), "constant_frames": len(constant_frames),
+                          {**base, "embedded_frames": buffer.count, "constant_frames": int(is_constant.sum()),
                            "model": embedder.model_name, "device": embedder.device, "precision": embedder.precision,
                            "batch_size": embedder.batch_size}, notes)
     if timings is not None:
