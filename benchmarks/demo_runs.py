@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(text)
     default = done[runs[0]][0]
     body = (f"Test split of the generated demo data (Story Share scenario, {test_split_sentence(default)}), the best "
-            f"validation checkpoint of each run; MSE is on the cosine scale (rating - 3) / 2. Each command ran once "
+            f"validation checkpoint of each run; MSE is on the 1-5 rating scale. Each command ran once "
             f"per seed in its own process ({kernel_environment(run_environment(''))}), and the command as typed "
             f"(seed {default.seed}) again with other CPU kernels. With this few test ratings one run's r moves a lot with the seed and the "
             f"CPU's kernels; the spread over seeds is what another machine should expect.\n\n"

@@ -31,8 +31,19 @@ def train_section(logs: Path, name: str, title: str) -> list[str]:
     placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
     run = logs / name.replace("_v+t", "")
     table = run / "test_metrics.md"
+    summary = run / "test_metrics.json"
+    sanity = ((json.loads(summary.read_text()).get("sanity") or {}).get("message") if summary.is_file() else None)
     return [f"## {title}", "", f"`{placed.group(0)}`" if placed else "(no frame-array line in the log)", "",
-            "\n".join(table.read_text().splitlines()[:6]) if table.is_file() else "(no test table)", ""]
+            "\n".join(_table_lines(table)[:6]) if table.is_file() else "(no test table)", "",
+            *([sanity, ""] if sanity else [])]  # the report's sentence when the model does not beat the mean
+
+
+def _table_lines(path: Path) -> list[str]:
+    """The lines of the first markdown table of a report (test_metrics.md opens with its heading)."""
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
 
 
 def fold_rows(sweep: Path) -> list[str]:

@@ -33,6 +33,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from results import (  # noqa: E402
     Measures, add_output_arguments, kernel_environment, portable, quiet_machine_guard, run_resumable, write_results)
 
+from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE, relative_cell  # noqa: E402
+
 DEFAULT_DROPOUT = (0.0, 0.1, 0.3)
 DEFAULT_SEEDS = (0, 1, 2)
 RECIPE = ["experiment=demo"]
@@ -80,10 +82,10 @@ def run_one(dropout: float, seed: int, run_dir: Path, extra: Sequence[str]) -> R
 
 def mean_sd(values: list[float]) -> str:
     """mean ± sample sd (sd 0 for one value) of the defined values (a robustness is NaN where r with nothing
-    missing is not above 0), saying how many those are when some are not."""
+    missing is not above 0), saying how many those are when some are not, and why there is none when none is."""
     defined = [v for v in values if math.isfinite(v)]
     if not defined:
-        return "nan"
+        return NO_REFERENCE
     sd = statistics.stdev(defined) if len(defined) > 1 else 0.0
     count = f" ({len(defined)} of {len(values)})" if len(defined) < len(values) else ""
     return f"{statistics.fmean(defined):.3f} ± {sd:.3f}{count}"
@@ -117,7 +119,8 @@ def runs_table(runs: list[Run], first_fills_store: bool) -> str:
              "|---|---|" + "---|" * (len(cols) + 1)]
     for index, r in enumerate(runs):
         note = " (data generation and feature extraction included)" if index == 0 and first_fills_store else ""
-        lines.append(f"| {r.dropout:g} | {r.seed} | " + " | ".join(f"{c[2](r):.3f}" for c in cols)
+        lines.append(f"| {r.dropout:g} | {r.seed} | " + " | ".join(relative_cell(c[2](r), r.rating_r("none"))
+                                                                 for c in cols)
                      + f" | {r.seconds:.0f}{note} |")
     return "\n".join(lines)
 

@@ -1,10 +1,13 @@
 """Empathy metrics as in the paper: Pearson r, Spearman rho, accuracy, binary F1, MSE; plus MAE and
 Lin's concordance correlation (CCC), which penalises a model that ranks well but is off in scale.
 
-Scores live on the cosine scale (rating - midpoint) / half-range of the data's rating scale
-(dataset/scale.py; (rating - 3) / 2 on the default 1-5). Accuracy and F1 binarise the truth at a rating
-threshold mapped onto that scale (default the midpoint: on 1-5 a rating above 3 counts as "empathized")
-and the prediction at the same threshold, or at a cutoff chosen on the validation split
+A fusion model's scores live on the cosine scale (rating - midpoint) / half-range of the data's rating
+scale (dataset/scale.py; (rating - 3) / 2 on the default 1-5), and its metrics are computed there; MSE and
+MAE are reported on the rating scale all the same (`half_range`: x half-range² and x half-range), so there
+is one MSE wherever it is shown: the model-scale MSE is its training objective and is reported only as
+`loss` (`model_loss`). r, rho, Acc, F1 and CCC do not depend on the scale. Accuracy and F1 binarise the
+truth at a rating threshold mapped onto that scale (default the midpoint: on 1-5 a rating above 3 counts
+as "empathized") and the prediction at the same threshold, or at a cutoff chosen on the validation split
 (`choose_threshold`), never on test.
 Window-level metrics score every window; rating-level metrics first average the windows of each
 rating. On an integer scale (text labels, 1-5 levels) `level_metrics` adds macro-F1 and quadratic
@@ -49,10 +52,12 @@ def _warn_degenerate(pred: np.ndarray, target: np.ndarray, true_class: np.ndarra
 
 
 def metric_values(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
-                  pred_threshold: float | None = None) -> dict[str, float]:
+                  pred_threshold: float | None = None, half_range: float = 1.0) -> dict[str, float]:
     """Every metric in ALL_METRIC_NAMES for two non-empty 1-D float arrays, without checks or warnings:
     the core that `empathy_metrics`, the participant bootstrap (thousands of resamples) and the text
-    metrics share. Degenerate cases take the defined values of the module docstring. Written in numpy
+    metrics share. `half_range`: the rating scale's half-range when the arrays are on the cosine scale,
+    so that MSE and MAE come out on the rating scale (1: they are on it already, e.g. text labels).
+    Degenerate cases take the defined values of the module docstring. Written in numpy
     rather than called per metric from scipy / scikit-learn / torchmetrics: one pass without their
     input validation keeps the bootstrap fast, and their NaN for a constant's r would need patching;
     tests/test_metrics.py checks every value against those libraries."""
@@ -69,13 +74,22 @@ def metric_values(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
         cov = np.cov(pred, target, ddof=1)
         ccc = float(2 * cov[0, 1] / (cov[0, 0] + cov[1, 1] + (pred.mean() - target.mean()) ** 2))
     return {"pearson": pearson, "spearman": spearman, "accuracy": float((pred_class == true_class).mean()),
-            "f1": 2 * tp / positives if positives else 0.0, "mse": float(np.mean((pred - target) ** 2)),
-            "mae": float(np.mean(np.abs(pred - target))), "ccc": ccc}
+            "f1": 2 * tp / positives if positives else 0.0,
+            "mse": float(np.mean((pred - target) ** 2)) * half_range ** 2,
+            "mae": float(np.mean(np.abs(pred - target))) * half_range, "ccc": ccc}
+
+
+def model_loss(pred: torch.Tensor | np.ndarray, target: torch.Tensor | np.ndarray) -> float:
+    """MSE on the scale the model predicts (a fusion model's cosine scale): its training objective, reported
+    as `loss` beside the rating-scale metrics (`{stage}/loss` is the same quantity per batch)."""
+    pred, target = (torch.as_tensor(v).detach().flatten().double().cpu().numpy() for v in (pred, target))
+    return float(np.mean((pred - target) ** 2)) if len(pred) else float("nan")
 
 
 def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float = 0.0,
-                    pred_threshold: float | None = None) -> dict[str, float]:
-    """Every metric in ALL_METRIC_NAMES for 1-D predictions and targets on the cosine scale.
+                    pred_threshold: float | None = None, half_range: float = 1.0) -> dict[str, float]:
+    """Every metric in ALL_METRIC_NAMES for 1-D predictions and targets on the cosine scale, MSE and MAE
+    on the rating scale of `half_range` (`metric_values`).
 
     `threshold` binarises the truth (and the prediction unless `pred_threshold` is given, e.g. a
     cutoff chosen on validation with `choose_threshold`). Degenerate cases are warned about.
@@ -89,7 +103,7 @@ def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float =
     if not (np.isfinite(pred).all() and np.isfinite(target).all()):
         raise ValueError("predictions and targets must be finite (mask missing values before scoring)")
     _warn_degenerate(pred, target, target > threshold)
-    return metric_values(pred, target, threshold, pred_threshold)
+    return metric_values(pred, target, threshold, pred_threshold, half_range)
 
 
 def to_levels(values: np.ndarray, levels: tuple[int, int]) -> np.ndarray:

@@ -106,8 +106,9 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
 
 
 def train_summary(cfg: DictConfig, results: dict[str, Any]) -> str:
-    """What train.py prints last: the run folder, its best checkpoint, the results table, the plots and the
-    empathic-predict command that scores new data with it (a run folder stands for its best checkpoint)."""
+    """What train.py prints last: the run folder, its best checkpoint, the results table, whether the model
+    failed the report's sanity check, the plots and the empathic-predict command that scores new data with it
+    (a run folder stands for its best checkpoint)."""
     run_dir = Path(cfg.paths.output_dir)
     best = results.get("best_checkpoint")
     saved = any((run_dir / "checkpoints").glob("*.ckpt"))
@@ -115,9 +116,12 @@ def train_summary(cfg: DictConfig, results: dict[str, Any]) -> str:
                   f"{shown(run_dir / 'checkpoints')}/  (ckpt_path=<run folder> takes its best)" if saved else None)
     data_key = "dataset_dir" if "dataset_dir" in cfg.data else "path"
     table = run_dir / RESULTS_TABLE
+    failed = (results.get("sanity") or {}).get("message")  # the report's sanity check (evaluation/report.py)
     return what_now([
         ("run folder", shown(run_dir)), ("checkpoint", checkpoint),
-        ("results", shown(table) if table.is_file() else None), ("plots", plot_list(run_dir)),
+        ("results", shown(table) if table.is_file() else None),
+        ("sanity", "the model does not beat the constant training mean at the rating level; "
+                   f"{RESULTS_TABLE} says how" if failed else None), ("plots", plot_list(run_dir)),
         ("next", f"empathic-predict ckpt_path={shown(run_dir)} data.{data_key}={NEW_DATA[data_key]}"
                  if checkpoint else None)])
 

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         with local_chromium(args.chromium, timeout_ms=600000) as (browser, external):
             page = browser.new_page()
             page.goto(url)
-            page.fill(f"#text-{text.fields[0]} textarea", TEXT)
+            page.fill(f"#text-{text.inputs[0]} textarea", TEXT)
             page.click("#text-submit")
             page.wait_for_selector("#text-status >> text=scored")
             args.out.mkdir(parents=True, exist_ok=True)

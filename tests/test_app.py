@@ -183,7 +183,9 @@ def test_cards_of_the_demo_models(text_run, fusion_run, tiny_dataset):
     rating = summary["model"]["rating"]
     assert fusion.test["empathy"].r == pytest.approx(rating["pearson"])
     assert fusion.test["empathy"].r_low == pytest.approx(summary["ci"]["rating"]["pearson"]["low"])
-    assert fusion.test["empathy"].mse == pytest.approx(4 * rating["mse"])  # cosine scale -> 1-5 scale
+    assert fusion.test["empathy"].mse == pytest.approx(rating["mse"]) and summary["mse_scale"] == "rating"
+    assert rating["mse"] == pytest.approx(4 * rating["loss"])  # the report's MSE on 1-5; `loss` on the cosine scale
+    assert f"MSE {rating['mse']:.3f}" in fusion.markdown() and "(MSE on the 1-5 scale of the labels)" in fusion.markdown()
     for output, level in (("empathy", "rating"), ("empathy (per window)", "window")):
         recorded = summary["intervals"]["levels"][level]  # half-widths on the 1-5 scale
         assert (fusion.interval(output) == np.inf if recorded["unbounded"]
@@ -224,6 +226,38 @@ def test_a_run_folder_serves_its_best_checkpoint_not_the_last(tmp_path):
 
     last = TextModel(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert text.ckpt_path.name in last.card.metrics_note and not text.card.metrics_note
+
+
+def _short_clip(tiny_dataset: Path, folder: Path, seconds: float = 2.4) -> tuple[Path, Path]:
+    """The first `seconds` of a demo session (a face, and its audio beside it): a clip shorter than one window."""
+    from scipy.io import wavfile
+
+    source = cv2.VideoCapture(str(tiny_dataset / "media" / "p001_s1.avi"))
+    fps = source.get(cv2.CAP_PROP_FPS)
+    ok, frame = source.read()
+    writer = cv2.VideoWriter(str(folder / "short_clip.avi"), cv2.VideoWriter_fourcc(*"MJPG"), fps,
+                             (frame.shape[1], frame.shape[0]))
+    for _ in range(int(round(seconds * fps))):
+        writer.write(frame)
+        ok, frame = source.read()
+    writer.release()
+    source.release()
+    rate, sound = wavfile.read(tiny_dataset / "media" / "p001_s1.wav")
+    wavfile.write(folder / "short_clip.wav", rate, sound[: int(seconds * rate)])
+    return folder / "short_clip.avi", folder / "short_clip.wav"
+
+
+@pytest.mark.slow
+def test_a_clip_shorter_than_a_window_is_scored_as_one_window_with_a_note(fusion_run, tiny_dataset, tmp_path):
+    """The app follows training's rule for media shorter than one window (datamodules/windows.py): a 2.4 s
+    clip is one window, centred on its own 2.4 s, not on 0-8 s, and the page gets the note."""
+    from empathic_fusion.app.clip import ClipScorer
+
+    video, audio = _short_clip(tiny_dataset, tmp_path)
+    result = ClipScorer(fusion_run[0]["best_checkpoint"]).score(video, "a story about my grandmother", audio)
+    assert len(result.window_seconds) == 1 and result.window_seconds[0] == pytest.approx(1.2)
+    assert np.isfinite(result.rating) and result.window_ratings[0] == pytest.approx(result.rating, abs=1e-5)
+    assert any("2.4 s long, shorter than one window (8 s)" in w for w in result.warnings), result.warnings
 
 
 # ---- the page in headless Chromium ---------------------------------------------------------------
@@ -293,10 +327,9 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
     page = context.new_page()
     if MEDIA.is_dir():
         clip, audio = MEDIA / "WolfgangLanger_Pexels.mp4", None  # real person, silent AAC track
-        short = MEDIA / "single_face.mp4"  # 2.4 s: shorter than one 8 s window
     else:
         clip, audio = tiny_dataset / "media" / "p001_s1.avi", tiny_dataset / "media" / "p001_s1.wav"
-        short = _blank_video(tmp_path / "short.avi", 2.0)
+    short, short_audio = _short_clip(tiny_dataset, tmp_path)  # 2.4 s: shorter than one 8 s window
     unreadable = tmp_path / "broken_clip.mp4"
     unreadable.write_bytes(b"not a video at all" * 100)
     unsupported = tmp_path / "notes.txt"
@@ -349,9 +382,9 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
         message = clip_message(clip, audio)
         rating = float(page.input_value("#clip-rating input"))
         width = page.eval_on_selector("#clip-timeline img", "img => img.naturalWidth")
+        short_message = clip_message(short, short_audio)  # scored as one window, with a note
         bad = {"no face": clip_message(no_face, tiny_dataset / "media" / "p001_s1.wav"),
                "no audio": clip_message(no_audio),
-               "short": clip_message(short),
                "unreadable": clip_message(unreadable),
                "unsupported": clip_message(unsupported),
                "transcript": clip_message(clip, audio, bad_transcript)}
@@ -379,7 +412,8 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
     assert 1.0 <= rating <= 5.0 and width > 100
     assert "no face found" in bad["no face"]
     assert "no audio track" in bad["no audio"]
-    assert "shorter than one window" in bad["short"]
+    assert "scored 1 window" in short_message and "2.4 s long, shorter than one window" in short_message
+    assert "/tmp" not in short_message
     assert "unreadable video broken_clip.mp4" in bad["unreadable"]
     assert "notes.txt: unsupported file type" in bad["unsupported"]
     assert "transcript does not parse" in bad["transcript"] and "my_transcript.csv, line 3" in bad["transcript"]

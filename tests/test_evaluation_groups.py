@@ -33,7 +33,8 @@ def _table(sizes: dict[str, int], ratings: int = 4, seed: int = 0) -> pd.DataFra
 
 
 def _direct(table: pd.DataFrame, members: dict[str, list[str]], n_boot: int, confidence: float, seed: int):
-    """The bootstrap written out: the same seeded resamples of all participants; per group r and MSE."""
+    """The bootstrap written out: the same seeded resamples of all participants; per group r (on the cosine
+    scale, as the report computes it) and MSE on the 1-5 rating scale, as the report shows it."""
     participants = sorted(table.participant_id.unique())
     rng = np.random.default_rng(seed)
     draws = {g: [] for g in members}
@@ -43,14 +44,15 @@ def _direct(table: pd.DataFrame, members: dict[str, list[str]], n_boot: int, con
             rows = pd.concat([table[(table.participant_id == participants[i]) & table.participant_id.isin(ids)]
                               for i in pick])
             pred, true = (rows.predicted.to_numpy() - 3) / 2, (rows.rated.to_numpy() - 3) / 2
-            draws[g].append((np.corrcoef(pred, true)[0, 1], np.mean((pred - true) ** 2)) if len(rows) else (np.nan,) * 2)
+            draws[g].append((np.corrcoef(pred, true)[0, 1], np.mean((rows.predicted - rows.rated) ** 2)) if len(rows)
+                            else (np.nan,) * 2)
     alpha = (1 - confidence) / 2
     return {g: np.nanquantile(np.array(d), [alpha, 1 - alpha], axis=0) for g, d in draws.items()}, draws
 
 
 def test_group_cis_and_gap_match_a_direct_participant_bootstrap():
     table = _table({"a": 4, "b": 5})
-    result = attribute_breakdown(table, table["group"], 3, 3, 60, 0.9, 7, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 60, 0.9, 7, SELF_REPORT)
     members = {g: sorted(table.participant_id[table.group == g].unique()) for g in ("a", "b")}
     (bounds, draws) = _direct(table, members, 60, 0.9, 7)
     by_label = {g["group"]: g for g in result["groups"]}
@@ -59,7 +61,7 @@ def test_group_cis_and_gap_match_a_direct_participant_bootstrap():
         rows = table[table.group == g]
         pred, true = (rows.predicted - 3) / 2, (rows.rated - 3) / 2
         assert by_label[g]["pearson"]["estimate"] == pytest.approx(np.corrcoef(pred, true)[0, 1])
-        assert by_label[g]["mse"]["estimate"] == pytest.approx(np.mean((pred - true) ** 2))
+        assert by_label[g]["mse"]["estimate"] == pytest.approx(np.mean((rows.predicted - rows.rated) ** 2))
         assert [by_label[g]["pearson"]["low"], by_label[g]["pearson"]["high"]] == pytest.approx(bounds[g][:, 0])
         assert [by_label[g]["mse"]["low"], by_label[g]["mse"]["high"]] == pytest.approx(bounds[g][:, 1])
         assert by_label[g]["n_participants"] == len(members[g]) and by_label[g]["n_ratings"] == len(rows)
@@ -73,17 +75,17 @@ def test_group_cis_and_gap_match_a_direct_participant_bootstrap():
 
 def test_small_groups_are_pooled_and_never_reported_alone():
     table = _table({"big1": 4, "big2": 3, "tiny1": 2, "tiny2": 1})  # pool of 3: reported as one group
-    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT)
     assert [g["group"] for g in result["groups"]] == ["big1", "big2", "other (pooled: 2 groups)"]
     assert result["groups"][2]["n_participants"] == 3 and result["groups"][2]["n_ratings"] == 12
 
     table = _table({"big1": 5, "big2": 3, "tiny": 1})  # pool of 1 takes in the smallest reported group (big2)
-    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT)
     assert [g["group"] for g in result["groups"]] == ["big1", "other (pooled: 2 groups)"]
     assert result["groups"][1]["n_participants"] == 4
 
     table = _table({"big": 4, "tiny1": 1, "tiny2": 1})  # everything pooled into one group: not broken down
-    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT.to_target)
+    result = attribute_breakdown(table, table["group"], 3, 3, 20, 0.9, 0, SELF_REPORT)
     assert not result["broken_down"] and result["groups"] == [] and result["gaps"] == {}
     assert result["note"] == "not broken down: fewer than two groups of at least 3 participants"
 
@@ -92,8 +94,8 @@ def test_small_groups_are_absent_from_every_output(tmp_path):
     table = _table({"big1": 4, "big2": 4, "rare": 2})
     table["single"] = "x"  # one group only
     logger = _Logger()
-    summary, markdown = group_results(table, table[["group", "single"]], SETTINGS, SELF_REPORT.to_target, tmp_path,
-                                      "the cosine scale", [logger])
+    summary, markdown = group_results(table, table[["group", "single"]], SETTINGS, SELF_REPORT, tmp_path,
+                                      "the 1-5 rating scale", [logger])
     written = pd.read_csv(tmp_path / "test_groups.csv")
     text = json.dumps(summary) + markdown + written.to_csv()
     assert "rare" not in text

@@ -66,7 +66,8 @@ def test_bootstrap_resamples_participants_and_covers_the_estimate():
     ci = bootstrap_ci(table, n_boot=300, seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        full = empathy_metrics(torch.tensor((table.predicted.to_numpy() - 3) / 2), torch.tensor((table.rated.to_numpy() - 3) / 2))
+        full = empathy_metrics(torch.tensor((table.predicted.to_numpy() - 3) / 2), torch.tensor((table.rated.to_numpy() - 3) / 2),
+                               half_range=2.0)
     for metric, values in ci.items():
         assert values["estimate"] == pytest.approx(full[metric])
         assert values["low"] <= values["estimate"] <= values["high"]
@@ -74,15 +75,17 @@ def test_bootstrap_resamples_participants_and_covers_the_estimate():
     assert ci == bootstrap_ci(table, n_boot=300, seed=1)  # deterministic given the seed
 
 
-def test_bootstrap_on_the_table_own_scale_scores_labels_as_they_are():
-    """to_target=None (text labels): MSE and the Acc/F1 cut on the label scale, r unchanged."""
+def test_one_mse_whether_metrics_are_computed_on_the_cosine_or_the_rating_scale():
+    """scale=None (text labels, scored as they are) and the 1-5 scale (a fusion model's ratings, computed on
+    the cosine scale) give the same estimates and intervals: MSE and MAE come out on the rating scale."""
     table = _predictions()
-    own = bootstrap_ci(table, n_boot=200, seed=1, threshold_rating=3.5, to_target=None)
+    own = bootstrap_ci(table, n_boot=200, seed=1, threshold_rating=3.5, scale=None)
     cosine = bootstrap_ci(table, n_boot=200, seed=1, threshold_rating=3.5)
     expected = metric_values(table.predicted.to_numpy(float), table.rated.to_numpy(float), 3.5)
     assert {m: v["estimate"] for m, v in own.items()} == pytest.approx(expected)
-    assert own["mse"]["estimate"] == pytest.approx(4 * cosine["mse"]["estimate"])
-    assert own["pearson"] == pytest.approx(cosine["pearson"]) and own["f1"] == pytest.approx(cosine["f1"])
+    assert own["mse"]["estimate"] == pytest.approx(np.mean((table.predicted - table.rated) ** 2))
+    for metric in own:
+        assert own[metric] == pytest.approx(cosine[metric]), metric
 
 
 def test_participant_bootstrap_is_wider_than_rating_bootstrap_when_people_differ():

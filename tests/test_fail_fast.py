@@ -60,6 +60,25 @@ def test_a_missing_dataset_folder_creates_no_run_or_store_folder(args, tmp_path)
     assert list(tmp_path.iterdir()) == []  # neither logs/ nor data/features/...
 
 
+def test_a_shipped_recipe_whose_data_is_missing_says_which_setting_to_give_and_where_the_data_is(tmp_path):
+    """experiment=text_empathetic_exchanges from a folder without ../shared/data (as in an installed copy,
+    where the paths root is the working directory): the one input message names data.path= and where
+    EmpatheticExchanges comes from (the data config's `source`), and so does the table reader."""
+    from empathic_fusion.core.errors import MissingFileError
+    from empathic_fusion.text.data import read_table
+
+    done = _run(["train.py", "experiment=text_empathetic_exchanges"], tmp_path)
+    table = tmp_path / ".." / "shared" / "data" / "empathetic_exchanges" / "EmpatheticExchanges_5ES.csv"
+    assert done.returncode == 1 and list(tmp_path.iterdir()) == []  # no run folder
+    message = _message(done)
+    source = compose_config(["experiment=text_empathetic_exchanges"], tmp_path).data.source
+    assert message == f"data.path={table}: no such file; give data.path=<your copy>; where the data comes from: {source}"
+    assert "github.com/Dregdael/EmpatheticeExchanges-dataset" in source and "docs/text_models.md" in source
+    with pytest.raises(MissingFileError, match=r"does not exist; give data.path=<your copy>; where the data comes "
+                                               r"from: EmpatheticExchanges_5ES.csv of EmpatheticExchanges"):
+        read_table(table, source)
+
+
 def test_each_input_problem_is_named_and_what_is_not_an_input_is_skipped(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "table.csv").write_text("text\nhello\n")

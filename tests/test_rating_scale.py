@@ -184,8 +184,9 @@ def test_the_checkpoint_carries_the_scale_and_its_card_shows_mse_on_it(seven_run
     assert model.rating_scale == RatingScale(1, 7) and model.threshold == 0.0
     card = fusion_card(seven_run["ckpt"], read_checkpoint(seven_run["ckpt"]))
     assert card.scale == (1.0, 7.0) and "scale 1-7" in card.markdown()
-    mse = json.loads((seven_run["out"] / "test_metrics.json").read_text())["model"]["rating"]["mse"]
-    assert card.test["empathy"].mse == pytest.approx(mse * 9)  # half-range 3, squared
+    rating = json.loads((seven_run["out"] / "test_metrics.json").read_text())["model"]["rating"]
+    assert rating["mse"] == pytest.approx(rating["loss"] * 9)  # the report's MSE on 1-7; the loss on (rating-4)/3
+    assert card.test["empathy"].mse == pytest.approx(rating["mse"]) and "MSE on the 1-7 scale" in card.markdown()
     assert card.clip(7.8) == (7.0, True) and card.clip(6.5) == (6.5, False)
 
 

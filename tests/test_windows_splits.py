@@ -13,7 +13,7 @@ from empathic_fusion.datamodules.sampler import RatingOversampler, oversampled_i
 from empathic_fusion.config import ConfigError, FusionDataConfig, typed
 from empathic_fusion.datamodules.splits import (SPLITTER, group_folds, group_holdout, load_or_create_split,
                                                 participant_folds, split_participants)
-from empathic_fusion.datamodules.windows import build_windows, phase_span, window_starts
+from empathic_fusion.datamodules.windows import build_windows, phase_span, short_media_note, window_ends, window_starts
 
 
 def _transcript():
@@ -64,6 +64,25 @@ def test_build_windows_counts_and_boundaries():
     assert by_rating[0] == [(307 + 360) // 2 - 60]         # 3.5 s reflection: one centred window
     assert by_rating[1] == list(range(367, 600 - 120 + 1, 15))  # 15.5 s reflection: slid every second
     assert 2 not in by_rating and "no reflection utterances" in notes[0]
+
+
+def test_media_shorter_than_a_window_is_one_window_with_a_note_and_real_times():
+    """The one rule (training, empathic-predict and the app build windows with it): a 2.4 s session at 15 fps
+    is one window from its first frame, padded and masked past its 36 frames; once per session, a note
+    says so; its frames end at the media's end, never at start + 8 s."""
+    ratings = pd.DataFrame({"session_id": ["short", "short", "long"], "story_id": ["s1", "s2", "s1"],
+                            "empathy": [2, 4, 5], "participant_id": ["p", "p", "q"]})
+    clip = pd.DataFrame({"start": [0.2], "end": [2.4], "speaker": ["participant"], "phase": ["story_share"],
+                         "story_id": [""], "text": ["x"]})
+    windows, notes = build_windows(ratings, {"short": clip, "long": _transcript()}, {"short": 36, "long": 630},
+                                   "story_share", 15, 120, 1.0)
+    short = windows[windows.session_id == "short"]
+    assert short.start.tolist() == [0, 0] and len(windows[windows.session_id == "long"]) == 5
+    assert notes == [f"session 'short': {short_media_note(36, 120, 15)}"]
+    assert notes[0] == ("session 'short': the media is 2.4 s long, shorter than one window (8 s): it is one window "
+                        "of its 2.4 s, the rest padded and masked")
+    assert short_media_note(120, 120, 15) is None
+    assert window_ends(np.array([0, 49, 580]), np.array([36, 630, 700]), 120).tolist() == [36, 169, 700]
 
 
 def test_split_is_participant_level_seeded_and_persisted(tmp_path):

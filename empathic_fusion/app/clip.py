@@ -6,9 +6,11 @@ checkpoint's own data config builds an `EmpathyDataModule` with its predict spli
 `prepare_data` validates the dataset (a bad transcript CSV is answered with file, line and field)
 and extracts its features into a scratch store with the checkpoint's feature config, `setup` builds
 the windows (stride as in training; the clip is one phase) z-scored with the training statistics
-the checkpoint carries, and `trainer.predict` runs the module's `predict_step`. Problems a user can
-fix (no face, no audio, too short, unreadable, too big, bad transcript) raise ClipError with a
-message for the page that names the user's files, never the server's paths.
+the checkpoint carries, and `trainer.predict` runs the module's `predict_step`. A clip shorter than one
+window is scored as one window, as in training and `empathic-predict` (datamodules/windows.py), with a
+note among the result's warnings. Problems a user can fix (no face, no audio, no frames, unreadable, too
+big, bad transcript) raise ClipError with a message for the page that names the user's files, never the
+server's paths.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from empathic_fusion.core.errors import UserError
 from empathic_fusion.models.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.windows import window_ends
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
@@ -53,7 +56,7 @@ class ClipError(UserError, ValueError):
 @dataclass
 class ClipResult:
     rating: float  # predicted empathy for the clip (raw, on the training data's rating scale): mean of its windows
-    window_seconds: np.ndarray  # centre of each window, seconds
+    window_seconds: np.ndarray  # centre of each window's frames inside the clip, seconds
     window_ratings: np.ndarray  # predicted empathy per window (raw, on the training data's rating scale)
     fps: float
     face_found: np.ndarray | None  # per frame, None when the model has no video modality
@@ -147,10 +150,9 @@ class ClipScorer:
         except MediaError as error:
             raise ClipError(user(f"unreadable video {name}: {error}")) from None
         frames = info.frames_at(self.fps)
-        if frames < self.window_frames:
-            raise ClipError(f"the clip is {frames / self.fps:.1f} s long, shorter than one window "
-                            f"({self.window_frames / self.fps:g} s); upload a longer clip")
-        return frames / self.fps
+        if not frames:
+            raise ClipError(f"the video {name} has no frames; upload a recording")
+        return frames / self.fps  # shorter than a window: scored as one, as in training (datamodules/windows.py)
 
     # ---- the clip as a one-session dataset -----------------------------------------------------------
     def _write_dataset(self, root: Path, video: Path, audio: Path | None, transcript: Path | str | None,
@@ -225,6 +227,7 @@ class ClipScorer:
             pred = predict(self.model, datamodule, self.accelerator)
             data = datamodule.datasets["predict"]
             starts = data.windows.start.to_numpy()
+            ends = window_ends(starts, datamodule.session_frames[SESSION], self.window_frames)  # not past the end
             rating_index = torch.tensor(data.windows.rating_index.to_numpy(dtype=np.int64))
             clip_pred, _, _ = aggregate_by_rating(pred, torch.zeros_like(pred), rating_index)
             face = (np.asarray(FeatureStore(datamodule.store_dir).load(SESSION, "face", "mask")) > 0
@@ -232,7 +235,7 @@ class ClipScorer:
             warnings = list(dict.fromkeys(user(w) for w in datamodule.extraction_report.warnings + datamodule.warnings))
             scale = self.model.rating_scale  # the training data's, carried by the checkpoint
             return ClipResult(rating=float(scale.to_rating(clip_pred[0].item())),
-                              window_seconds=(starts + self.window_frames / 2) / self.fps,
+                              window_seconds=(starts + ends) / 2 / self.fps,
                               window_ratings=np.asarray(scale.to_rating(pred.numpy())), fps=self.fps,
                               face_found=face,
                               speech=np.asarray(data.speaking[SESSION]) if "audio" in self.modalities else None,

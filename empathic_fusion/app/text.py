@@ -1,7 +1,10 @@
-"""The Text tab's model: a text checkpoint with its model card, its persona inputs, and the flag CSV."""
+"""The Text tab's model: a text checkpoint with its model card, its inputs (the training table's text
+columns, and the conversation's earlier turns for a model that reads them; derived fields are built as in
+training, never typed), its persona inputs, and the flag CSV."""
 from __future__ import annotations
 
 import csv
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pandas as pd
 from empathic_fusion.models.card import ModelCard, interval_bounds, text_card
 from empathic_fusion.core.language import detect_language, is_untrained_language
 from empathic_fusion.models.checkpoints import WrongKindError, metrics_note, read_checkpoint, resolve_checkpoint
+from empathic_fusion.text.data import PREVIOUS_TURNS, join_turns
 from empathic_fusion.text.scorer import TextScorer
 
 
@@ -46,8 +50,15 @@ class TextModel:
         self.card: ModelCard = text_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
 
     @property
-    def fields(self) -> list[str]:
-        return self.scorer.fields
+    def inputs(self) -> list[str]:
+        """The text columns typed in: the training table's texts, never a derived field."""
+        spec = self.scorer.spec
+        return spec.text_columns + spec.context_columns
+
+    @property
+    def context_turns(self) -> int:
+        """How many earlier turns of the conversation the model reads (0: none; data.context_turns)."""
+        return self.scorer.spec.context_turns
 
     @property
     def output_names(self) -> list[str]:
@@ -67,12 +78,23 @@ class TextModel:
                              f"not trained for (it knows {', '.join(encoder.languages)}): this score is unreliable")
         return notes
 
-    def score(self, texts: dict[str, str], persona: dict[str, object]) -> dict[str, Score]:
-        """Scores of one row: every output (and the overall mean); empty persona values count as unknown."""
+    def row_fields(self, texts: dict[str, str], earlier_turns: Sequence[str] = ()) -> dict[str, list[str]]:
+        """One row's fields as the model reads them: the typed texts, and `previous_turns` built from the
+        conversation's earlier turns (oldest first) by the rule training used (text/data.py `join_turns`)."""
+        fields = {f: [texts.get(f) or ""] for f in self.inputs}
+        if self.context_turns > 0:
+            turns = [t.strip() for t in earlier_turns if t and t.strip()]
+            fields[PREVIOUS_TURNS] = [join_turns(turns, self.context_turns)]
+        return fields
+
+    def score(self, texts: dict[str, str], persona: dict[str, object],
+              earlier_turns: Sequence[str] = ()) -> dict[str, Score]:
+        """Scores of one row: every output (and the overall mean); empty persona values count as unknown;
+        `earlier_turns`: the conversation's turns before this one, oldest first (models with context turns)."""
         table = None
         if persona:
             table = pd.DataFrame({c: [None if v in ("", None) else v] for c, v in persona.items()})
-        raw = self.scorer.score({f: [texts.get(f, "")] for f in self.fields}, table)
+        raw = self.scorer.score(self.row_fields(texts, earlier_turns), table)
         scores = {}
         for name in self.output_names:
             value = float(raw[name][0])

@@ -1,7 +1,7 @@
 """The Gradio app: a Text tab for a text model, a Clip tab for a fusion checkpoint (either or both).
 
 Each tab shows its model card (empathic_fusion/models/card.py), a banner when the model was trained on
-generated data, scores clipped to the label scale (saying when a raw score was outside it) and the
+generated data, a warning when its test report found it no better than the constant training mean, scores clipped to the label scale (saying when a raw score was outside it) and the
 split-conformal interval the run calibrated on its validation split (empathic_fusion/evaluation/conformal.py).
 Uploads are files on disk that Gradio streams there (refused past `max_upload_mb` while uploading); the
 app reads them by path.
@@ -32,9 +32,12 @@ OFFLINE_THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-seri
 
 
 def _card(card: ModelCard, prefix: str) -> None:
-    """The demo banner (generated training data) and the model card."""
+    """The demo banner (generated training data), the sanity warning (the model does not beat the constant
+    training mean on its test split) and the model card."""
     if card.banner():
         gr.Markdown(card.banner(), elem_id=f"{prefix}-banner", elem_classes=["demo-banner"])
+    if card.sanity:
+        gr.Markdown(f"**{card.sanity}**", elem_id=f"{prefix}-sanity", elem_classes=["sanity-warning"])
     with gr.Accordion("Model card", open=True):
         gr.Markdown(card.markdown(), elem_id=f"{prefix}-card")
 
@@ -47,7 +50,12 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
     _card(scorer.card, "text")
     gr.Markdown(f"Scores typed text with the text model: {', '.join(scorer.output_names)} "
                 f"({_scale_text(scorer.card)} of its labels).")
-    fields = [gr.Textbox(label=f, lines=4, elem_id=f"text-{f}") for f in scorer.fields]
+    fields = [gr.Textbox(label=f, lines=4, elem_id=f"text-{f}") for f in scorer.inputs]
+    if scorer.context_turns:  # raw turns; previous_turns is built from them as in training
+        fields.append(gr.Textbox(label=f"earlier turns of this conversation, one per line, oldest first (the model "
+                                       f"reads the last {scorer.context_turns}; empty = the first turn)",
+                                 lines=3, elem_id="text-earlier-turns"))
+    n_texts = len(fields)
     persona_spec = persona_inputs(scorer)
     persona_boxes = []
     if persona_spec:
@@ -69,9 +77,10 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
     status = gr.Markdown(elem_id="text-status")
 
     def split(values):
-        texts = dict(zip(scorer.fields, values[: len(scorer.fields)]))
+        texts = dict(zip(scorer.inputs, values[: len(scorer.inputs)]))
+        earlier = str(values[len(scorer.inputs)] or "").splitlines() if scorer.context_turns else []
         persona = {}
-        for p, v in zip(persona_spec, values[len(scorer.fields):]):
+        for p, v in zip(persona_spec, values[n_texts:]):
             v = None if v is None or str(v).strip() == "" else v
             if v is not None and p.choices is None:
                 try:
@@ -79,28 +88,30 @@ def _text_tab(scorer: TextModel, flag_csv: Path) -> None:
                 except ValueError:
                     raise ValueError(f"persona '{p.column}': '{v}' is not a number (empty = unknown)") from None
             persona[p.column] = v
-        return texts, persona
+        return texts, earlier, persona
 
     def on_score(*values):
         try:
-            texts, persona = split(values)
+            texts, earlier, persona = split(values)
         except ValueError as error:
             return [None] * len(outputs) + ["", str(error)]
         if not any(t and t.strip() for t in texts.values()):
             return [None] * len(outputs) + ["", "Type some text first."]
-        scores = scorer.score(texts, persona)
+        scores = scorer.score(texts, persona, earlier)
         notes = "".join(f"\n- {note}" for note in scorer.language_notes(texts))
         return ([round(scores[n].value, 3) for n in scorer.output_names]
                 + [_score_details(scores, scorer.card) + notes, "scored"])
 
     def on_flag(*values):
         try:
-            texts, persona = split(values)
+            texts, earlier, persona = split(values)
         except ValueError as error:
             return str(error)
         if not any(t and t.strip() for t in texts.values()):
             return "Nothing to flag: type some text first."
-        append_flag(flag_csv, texts, persona, {n: s.value for n, s in scorer.score(texts, persona).items()})
+        typed = {**texts, "earlier_turns": "\n".join(earlier)} if scorer.context_turns else texts
+        append_flag(flag_csv, typed, persona,
+                    {n: s.value for n, s in scorer.score(texts, persona, earlier).items()})
         return f"flagged (appended to {flag_csv.name})"
 
     inputs = fields + persona_boxes
@@ -167,7 +178,8 @@ def _clip_tab(scorer: ClipScorer) -> None:
         if clipped:
             notes.append(f"- {clipped} of {len(seconds)} window scores were outside the scale and are drawn clipped")
         notes += [f"- {w}" for w in result.warnings]
-        return round(value, 2), str(path), f"scored {len(seconds)} windows\n" + "\n".join(notes)
+        windows = f"{len(seconds)} window{'' if len(seconds) == 1 else 's'}"
+        return round(value, 2), str(path), f"scored {windows}\n" + "\n".join(notes)
 
     submit.click(on_score, [video, audio, transcript_file, transcript_text, story], [rating, timeline, status])
 

@@ -106,6 +106,7 @@ class TextDataConfig:
     max_rows: Optional[int] = None               # seeded subsample of the table (null = every row)
     num_workers: int = 0
     generated: bool = False                      # a generated table (text/synthetic.py): the web app shows a demo banner
+    source: Optional[str] = None                 # where the table comes from, named when data.path is missing
 
     def __post_init__(self) -> None:
         levels = self.levels

@@ -5,6 +5,9 @@ is composed, before Hydra makes the run's folder and before torch is imported: a
 or table that is not there ends the run within a second or two, naming each setting, and leaves no run,
 sweep or store folder behind. Only this module's cheap `pathlib` checks run here; what a file holds is
 checked by the code that reads it. In a multirun a setting that the sweep varies is left to each job.
+A recipe whose data lives outside the package (experiment=text_empathetic_exchanges) says where it comes
+from in its data config (`data.source`); a missing data file or folder then names the setting to give and
+that source (`missing_data_hint`, which the text table reader uses too).
 """
 from __future__ import annotations
 
@@ -25,7 +28,14 @@ CHECKED: dict[str, dict[str, str]] = {
     "extract": {"data.dataset_dir": FOLDER},
     "serve": {"ckpt_path": CHECKPOINT, "text_ckpt_path": CHECKPOINT},
 }
+DATA_KEYS = ("data.path", "data.dataset_dir")  # settings naming the data; their problems get `missing_data_hint`
 _ABSENT = object()
+
+
+def missing_data_hint(key: str, source: str | None) -> str:
+    """What to do about data a setting names that is not there, appended to the problem: which setting to
+    give and, when the data config says (`data.source`), where the data can be found."""
+    return f"; give {key}=<your copy>" + (f"; where the data comes from: {source}" if source else "")
 
 
 def _value(cfg: DictConfig, key: str) -> Any:
@@ -105,5 +115,6 @@ def input_problems(cfg: DictConfig, swept: Iterable[str] = ()) -> list[str]:
         if value in (None, "") or _skipped(cfg, key) or _varied(cfg, key, swept):
             continue
         if (found := problem(key, value, kind)) is not None:
-            problems.append(found)
+            source = _value(cfg, "data.source") if key in DATA_KEYS else None
+            problems.append(found + (missing_data_hint(key, source) if source else ""))
     return problems

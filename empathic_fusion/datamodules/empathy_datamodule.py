@@ -108,6 +108,7 @@ class EmpathyDataModule(L.LightningDataModule):
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
         self.skipped: dict[int, str] = {}  # rating (row of self.ratings) without windows -> why
+        self.session_frames: dict[str, int] = {}  # frames per readable session, set by setup
         self.dataset: EmpathyDataset | None = None  # what setup read (sessions, transcripts, fps)
         self.rating_scale: RatingScale = SELF_REPORT  # the dataset's (dataset.yaml rating_scale), set by setup
         self._prepared = False
@@ -261,6 +262,7 @@ class EmpathyDataModule(L.LightningDataModule):
         if stories is None:
             raise RuntimeError(f"feature store {self.store_dir} has no story embeddings; run prepare_data/extract first")
         session_frames, missing = self._session_frames(dataset, store)
+        self.session_frames = session_frames  # frames per readable session: where its media (and its windows) end
         self.missing = missing  # (session, modality[, branch]) that windows read as masked
         policy = with_defaults(self.features)["audio"]["speech_mask"]
         speaking = {}

@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.evaluation.participants import Scale, check_prediction_table, on_scale, participant_resamples
+from empathic_fusion.evaluation.participants import (Scale, check_prediction_table, half_range, on_scale,
+                                                     participant_resamples)
 from empathic_fusion.metrics import metric_values
 
 GROUP_METRICS = {"pearson": "r", "mse": "MSE"}  # metric -> its name in the tables
@@ -94,7 +95,7 @@ def _interval(draws: np.ndarray, estimate: float, confidence: float) -> dict[str
 
 
 def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, bins: int, n_boot: int,
-                        confidence: float, seed: int, to_target: Scale) -> dict[str, Any]:
+                        confidence: float, seed: int, scale: Scale) -> dict[str, Any]:
     """Groups of one attribute (its `values` per row of `table`): participants, ratings, r and MSE with
     CIs, and the largest gaps."""
     labels, order, kind = group_labels(table, values, bins)
@@ -111,19 +112,21 @@ def attribute_breakdown(table: pd.DataFrame, values: pd.Series, min_size: int, b
         return result
     final = labels.map(lambda g: g if pd.isna(g) else mapping[g])
     participants = sorted(table["participant_id"].unique())
-    pred = on_scale(table["predicted"].to_numpy(float), to_target)
-    true = on_scale(table["rated"].to_numpy(float), to_target)
+    pred = on_scale(table["predicted"].to_numpy(float), scale)
+    true = on_scale(table["rated"].to_numpy(float), scale)
+    errors = half_range(scale)  # MSE on the rating scale (metrics.py)
     ids, group_of = table["participant_id"].to_numpy(), final.to_numpy()
     # rows of each (group, participant): a resample concatenates them per group
     parts = {g: [np.flatnonzero((group_of == g) & (ids == p)) for p in participants] for g in reported}
-    estimates = {g: metric_values(pred[np.concatenate(parts[g])], true[np.concatenate(parts[g])]) for g in reported}
+    estimates = {g: metric_values(pred[np.concatenate(parts[g])], true[np.concatenate(parts[g])], half_range=errors)
+                 for g in reported}
     draws = {g: np.full((max(n_boot, 0), len(GROUP_METRICS)), np.nan) for g in reported}
     if n_boot > 0 and len(participants) >= 2:
         for b, pick in enumerate(participant_resamples(len(participants), n_boot, seed)):  # those of bootstrap_ci
             for g in reported:
                 rows = np.concatenate([parts[g][i] for i in pick])
                 if len(rows):  # a group none of whose participants was drawn has no value in this resample
-                    values = metric_values(pred[rows], true[rows])
+                    values = metric_values(pred[rows], true[rows], half_range=errors)
                     draws[g][b] = [values[m] for m in GROUP_METRICS]
     else:
         draws = {g: np.empty((0, len(GROUP_METRICS))) for g in reported}
@@ -177,7 +180,7 @@ def format_groups(breakdown: dict[str, dict[str, Any]], confidence: float, min_s
             f"Largest gap between two groups (the first minus the second, CI from the same resamples):\n\n{gap_table}")
 
 
-def group_results(table: pd.DataFrame, attributes: pd.DataFrame, evaluation: dict[str, Any], to_target: Scale,
+def group_results(table: pd.DataFrame, attributes: pd.DataFrame, evaluation: dict[str, Any], scale: Scale,
                   out_dir: Path, scale_name: str, loggers=()) -> tuple[dict[str, Any], str]:
     """The group report of `table` (participant_id, predicted, rated) by each column of `attributes` (the
     attributes of its rows, same index; "" without columns): writes
@@ -190,7 +193,7 @@ def group_results(table: pd.DataFrame, attributes: pd.DataFrame, evaluation: dic
         raise ValueError("the attributes' rows are not the table's rows")
     min_size, confidence = int(evaluation["min_group_size"]), float(evaluation["confidence"])
     breakdown = {a: attribute_breakdown(table, attributes[a], min_size, int(evaluation["group_bins"]), int(evaluation["bootstrap"]),
-                                        confidence, int(evaluation["bootstrap_seed"]), to_target)
+                                        confidence, int(evaluation["bootstrap_seed"]), scale)
                  for a in attributes.columns}
     rows = []
     for attribute, result in breakdown.items():

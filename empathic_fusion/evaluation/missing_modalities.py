@@ -6,13 +6,14 @@ remove data before the forward pass (datamodules/missing.py), one inference pass
   (`random`), and as one contiguous block of round(rate x window length) frames per window and
   modality (`block`).
 
-Per condition: Pearson r and MSE per window and per rating (a rating's windows averaged, as the main
-report does) and r relative to r with nothing missing. Per kind of dropping, the relative robustness
+Per condition: Pearson r and MSE (on the rating scale, as in the main report) per window and per rating
+(a rating's windows averaged, as the main report does) and r relative to r with nothing missing. Per kind of dropping, the relative robustness
 is the area under r(rate) over the rates divided by r(0) x the span of the rates: 1 when nothing is
 lost, 0.5 when r falls linearly to 0. It is the area under the performance-imperfection curve that
 MultiBench (Liang et al., 2021, "MultiBench: Multiscale Benchmarks for Multimodal Representation
 Learning") calls relative robustness, divided by r with nothing missing so that models of different r
-compare. Relative values are NaN where r with nothing missing is not above 0.
+compare. Relative values are NaN where r with nothing missing is not above 0 (test_metrics.json); the
+tables print them as "n/a (r(none) ≤ 0)" (`relative_cell`).
 
 Draws are reproducible: each condition has its own generator seeded from `evaluation.bootstrap_seed`,
 the condition's kind and rate, and the test loader keeps its order, so a rerun drops the same frames.
@@ -23,6 +24,7 @@ test_metrics.json under "missing_modalities".
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -90,20 +92,32 @@ def _transformed(loader: Iterable, condition: Condition, modalities: Sequence[st
         yield batch if condition.kind == "none" else condition.apply(batch, modalities, generator)
 
 
-def _scores(predictions: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+NO_REFERENCE = "n/a (r(none) ≤ 0)"  # a ratio over r with nothing missing that is not above 0
+
+
+def relative_cell(value: float, r_none: float, decimals: int = 3) -> str:
+    """A value relative to r(none) (r / r(none), relative robustness) as a table prints it: the number, or
+    why there is none instead of nan."""
+    if math.isfinite(value):
+        return f"{value:.{decimals}f}"
+    return NO_REFERENCE if not r_none > 0 else "n/a"
+
+
+def _scores(predictions: dict[str, torch.Tensor], half_range: float) -> dict[str, dict[str, float]]:
     with warnings.catch_warnings():  # a model that predicts a constant without its inputs has r 0 by design
         warnings.simplefilter("ignore")
-        return {level: {k: v for k, v in empathy_metrics(predictions[f"{level}_pred"],
-                                                         predictions[f"{level}_target"]).items()
+        return {level: {k: v for k, v in empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"],
+                                                         half_range=half_range).items()
                         if k in ("pearson", "mse")} for level in LEVELS}
 
 
 def evaluate_conditions(model: torch.nn.Module, loader: Iterable, modalities: Sequence[str],
-                        rates: Sequence[float], seed: int = 0) -> pd.DataFrame:
-    """One row per condition: r and MSE per window and per rating, and r relative to nothing missing."""
+                        rates: Sequence[float], seed: int = 0, half_range: float = 1.0) -> pd.DataFrame:
+    """One row per condition: r and MSE (on the rating scale of `half_range`, the predictions being on the
+    cosine scale) per window and per rating, and r relative to nothing missing."""
     rows = []
     for condition in conditions(modalities, rates):
-        scores = _scores(predict_split(model, _transformed(loader, condition, modalities, seed)))
+        scores = _scores(predict_split(model, _transformed(loader, condition, modalities, seed)), half_range)
         rows.append({"condition": condition.name, "kind": condition.kind,
                      "rate": condition.rate if condition.kind != "removed" else float("nan"),
                      "removed": "+".join(condition.removed),
@@ -146,17 +160,22 @@ def summarize(table: pd.DataFrame, modalities: Sequence[str], rates: Sequence[fl
 
 
 def markdown(table: pd.DataFrame, summary: dict[str, Any]) -> str:
-    """The table of the report notes, with the relative robustness beneath it."""
-    shown = table[["condition", "window_pearson", "window_mse", "rating_pearson", "rating_mse", "rating_relative_r"]]
+    """The table of the report notes, with the relative robustness beneath it; a ratio without a reference
+    (r(none) ≤ 0) says so instead of printing nan."""
+    shown = table[["condition", "window_pearson", "window_mse", "rating_pearson", "rating_mse"]].copy()
+    r_none = {level: float(summary["none"][level]["pearson"]) for level in LEVELS}
+    shown["rating_relative_r"] = [relative_cell(v, r_none["rating"]) for v in table["rating_relative_r"]]
     shown = shown.rename(columns={"window_pearson": "window r", "window_mse": "window MSE",
                                   "rating_pearson": "rating r", "rating_mse": "rating MSE",
                                   "rating_relative_r": "rating r / r(none)"})
     rates = summary["rates"]
-    robustness = "; ".join(f"{kind}: window {values['window']:.3f}, rating {values['rating']:.3f}"
+    robustness = "; ".join(f"{kind}: window {relative_cell(values['window'], r_none['window'])}, "
+                           f"rating {relative_cell(values['rating'], r_none['rating'])}"
                            for kind, values in summary["robustness"].items())
     return ("Missing modalities (the test split again with data removed: whole modalities, or a fraction of "
-            "frames at random or in one block per window; dropped frames are masked and zeroed):\n\n"
-            + shown.to_markdown(index=False, floatfmt=".3f")
+            "frames at random or in one block per window; dropped frames are masked and zeroed; MSE on the "
+            "rating scale):\n\n"
+            + shown.to_markdown(index=False, floatfmt=".3f", colalign=["left"] + ["right"] * 5)
             + f"\n\nRelative robustness (area under r over missing rates {rates[0]:g}-{rates[-1]:g} / "
               f"(r(0) x {rates[-1] - rates[0]:g}); 1 = no loss): {robustness}")
 
@@ -185,11 +204,13 @@ def robustness_figure(table: pd.DataFrame, title: str = "Test r with missing dat
 
 
 def missing_modality_report(model: torch.nn.Module, loader: Iterable, modalities: Sequence[str], out_dir: Path,
-                            evaluation: dict[str, Any], loggers: list | tuple = ()) -> dict[str, Any]:
+                            evaluation: dict[str, Any], loggers: list | tuple = (),
+                            half_range: float = 1.0) -> dict[str, Any]:
     """Evaluate every condition on the test `loader`, write the CSV (and the plot when
-    `evaluation["plots"]`); returns {"summary": for test_metrics.json, "table": markdown}."""
+    `evaluation["plots"]`); returns {"summary": for test_metrics.json, "table": markdown}. `half_range`: the
+    rating scale's, so that MSE is on it."""
     rates, seed = [float(r) for r in evaluation["missing_rates"]], int(evaluation["bootstrap_seed"])
-    table = evaluate_conditions(model, loader, modalities, rates, seed)
+    table = evaluate_conditions(model, loader, modalities, rates, seed, half_range)
     out_dir.mkdir(parents=True, exist_ok=True)
     table.to_csv(out_dir / CSV_NAME, index=False)
     summary = summarize(table, modalities, rates, seed)

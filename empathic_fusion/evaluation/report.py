@@ -33,9 +33,13 @@ from empathic_fusion.evaluation.plots import (
     save_figure,
     session_timelines,
 )
-from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics, format_table
+from empathic_fusion.metrics import (METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics, format_table,
+                                     model_loss)
 
 log = logging.getLogger(__name__)
+MSE_SCALE = "rating"  # test_metrics.json "mse_scale": MSE and MAE are on the rating (label) scale; reports before it
+#                       held a fusion model's on the cosine scale (models/card.py reads both)
+NEARLY_CONSTANT = 0.25  # predictions whose sd is under this share of the ratings' sd are "nearly constant"
 
 
 def settings(evaluation: dict[str, Any] | None) -> dict[str, Any]:
@@ -91,8 +95,9 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
                  val_predictions: dict[str, torch.Tensor] | None = None, loggers=(), *,
                  scale: RatingScale) -> dict[str, Any]:
     """Metrics per level (with the configured threshold), CIs, breakdown, files and plots under out_dir;
-    tables, breakdown and plots on the data's rating `scale` (targets are ratings mapped onto [-1, 1]).
-    Returns the results, thresholds, CIs, participant summary and the `prediction_tables` written."""
+    tables, breakdown, plots and MSE on the data's rating `scale` (targets are ratings mapped onto [-1, 1];
+    their MSE is each level's `loss`). Returns the results, thresholds, CIs, participant summary and the
+    `prediction_tables` written."""
     cfg = settings(evaluation)
     if cfg["threshold"] == "validation" and val_predictions is None:
         raise ValueError("evaluation.threshold=validation needs the validation predictions")
@@ -108,14 +113,15 @@ def build_report(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame, th
         prediction_cut = threshold if cut is None else cut
         thresholds[level] = {"target": threshold, "prediction": prediction_cut,
                              "prediction_rating": float(scale.to_rating(prediction_cut)), "mode": cfg["threshold"]}
-        results[level] = empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], threshold, cut)
+        results[level] = {**empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], threshold, cut,
+                                            scale.half_range),
+                          "loss": model_loss(predictions[f"{level}_pred"], predictions[f"{level}_target"])}
         if cfg["bootstrap"]:
             ci[level] = bootstrap_ci(tables[level], int(cfg["bootstrap"]), float(cfg["confidence"]),
-                                     int(cfg["bootstrap_seed"]), threshold_rating, cut, scale.to_target)
+                                     int(cfg["bootstrap_seed"]), threshold_rating, cut, scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        breakdown = per_participant(tables["rating"], threshold_rating, thresholds["rating"]["prediction"],
-                                    scale.to_target)
+        breakdown = per_participant(tables["rating"], threshold_rating, thresholds["rating"]["prediction"], scale)
     breakdown.to_csv(out_dir / "test_per_participant.csv", index=False)
     if cfg["plots"]:
         rating = tables["rating"]
@@ -156,7 +162,7 @@ def group_report(table: pd.DataFrame, threshold_rating: float, out_dir: Path, ev
     ci = {}
     if cfg["bootstrap"]:
         ci["rating"] = bootstrap_ci(table, int(cfg["bootstrap"]), float(cfg["confidence"]), int(cfg["bootstrap_seed"]),
-                                    threshold_rating, None, to_target=None)
+                                    threshold_rating, None, scale=None)
     if cfg["plots"] and scale is not None:
         figures = {"test/predicted_vs_true": predicted_vs_true(table["predicted"], table["rated"],
                                                                 "Test: predicted vs annotated empathy", scale),
@@ -169,18 +175,56 @@ def group_report(table: pd.DataFrame, threshold_rating: float, out_dir: Path, ev
     return ci
 
 
+def sanity_check(model: dict[str, float], constant: dict[str, float] | None, scale_name: str,
+                 predicted: np.ndarray | None = None, rated: np.ndarray | None = None) -> dict[str, Any]:
+    """Does the model beat the constant training mean at the rating level, on r (the constant's is 0) and on
+    MSE (both on `scale_name`, e.g. "the 1-5 rating scale")? The numbers, and a sentence saying so in words
+    when it does not (None when it does): a report, the model card and the app print it, so a model no better
+    than guessing the mean is never read as a result. `constant`: the constant's metrics (None: MSE unchecked);
+    `predicted`, `rated`: the rating-level scores, whose spread tells a nearly constant model."""
+    r, mse = float(model["pearson"]), float(model["mse"])
+    constant_mse = float(constant["mse"]) if constant and constant.get("mse") is not None else None
+    failed = [] if r > 0 else [f"r {r:.3f} is not above the constant's 0"]
+    if constant_mse is not None and not mse < constant_mse:
+        failed.append(f"MSE {mse:.3f} is not below the constant's {constant_mse:.3f} ({scale_name})")
+    spread = {}
+    if predicted is not None and rated is not None and len(predicted) > 1:
+        spread = {"prediction_sd": float(np.std(predicted, ddof=1)), "rating_sd": float(np.std(rated, ddof=1))}
+    message = None
+    if failed:
+        message = ("Sanity check: the model does not beat the constant training mean at the rating level: "
+                   + " and ".join(failed))
+        if spread:
+            nearly = "nearly constant" if spread["prediction_sd"] < NEARLY_CONSTANT * spread["rating_sd"] else "spread"
+            message += (f"; its predictions are {nearly} (sd {spread['prediction_sd']:.2f} against the ratings' "
+                        f"{spread['rating_sd']:.2f})")
+        message += ". Read its other numbers as no better than predicting the mean."
+    return {"beats_constant_mean": not failed, "r": r, "mse": mse, "constant_mse": constant_mse,
+            "scale": scale_name, **spread, "message": message}
+
+
 def write_test_report(out_dir: Path, heading: str, rows: dict[str, dict[str, float]], summary: dict[str, Any],
                       predictions: pd.DataFrame | None = None, metrics: tuple[str, ...] = METRIC_NAMES,
-                      notes: str = "", loggers=(), logged: dict[str, float] | None = None) -> dict[str, Any]:
+                      notes: str = "", loggers=(), logged: dict[str, float] | None = None,
+                      sanity: dict[str, Any] | None = None) -> dict[str, Any]:
     """Print `heading` and the table of `rows` (model and baselines, one per row), then write
-    test_metrics.json (`summary`: "model" holds the model's metrics per level), test_metrics.md (the
-    table and `notes`, e.g. the CI table), test_metrics.csv (one line per row) and, when given,
-    test_predictions.csv. `logged` numbers go to the loggers (never texts or ids)."""
+    test_metrics.json (`summary`: "model" holds the model's metrics per level, "sanity" the `sanity_check`),
+    test_metrics.md (the heading, which names the scales, the sanity sentence when the model does not beat
+    the constant mean, the table and `notes`, e.g. the CI table), test_metrics.csv (one line per row) and,
+    when given, test_predictions.csv. The sanity sentence is also logged as a warning. `logged` numbers go to
+    the loggers (never texts or ids)."""
     table = format_table(rows, metrics=metrics)
-    print(f"\n{heading}:\n{table}\n\n{notes}\n")
+    warning = (sanity or {}).get("message")
+    if sanity is not None:
+        summary["sanity"] = sanity
+    summary["mse_scale"] = MSE_SCALE
+    body = "\n\n".join(filter(None, [f"{heading}:", warning, table, notes]))
+    print(f"\n{body}\n")
+    if warning:
+        log.warning("%s", warning)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "test_metrics.json").write_text(json.dumps(summary, indent=1))
-    (out_dir / "test_metrics.md").write_text(table + "\n\n" + notes + "\n")
+    (out_dir / "test_metrics.md").write_text(body + "\n")
     pd.DataFrame([{"row": name, **values} for name, values in rows.items()]).to_csv(out_dir / "test_metrics.csv",
                                                                                     index=False)
     if predictions is not None:

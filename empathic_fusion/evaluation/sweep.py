@@ -23,6 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.core.errors import MissingFileError
+from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE
 from empathic_fusion.evaluation.tables import aggregate_runs, model_display_name, write_tables
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
 
@@ -91,14 +92,16 @@ def collect_robustness(sweep_dir: Path | str) -> pd.DataFrame:
 
 def robustness_table(runs: pd.DataFrame, decimals: int = 3) -> str:
     """Markdown: mean ± sd over the runs of each (model, modality) cell, NaN runs left out of each mean
-    (how many runs a mean holds is in its cell when fewer than the cell's runs)."""
+    (how many runs a mean holds is in its cell when fewer than the cell's runs); a cell with no value says
+    why when it is that r with nothing missing was never above 0."""
     lines = []
     for (model, modality), cell in runs.groupby(["model", "modality"], sort=False):
         row = {"Model": model, "Modality": modality}
         for column, title in ROBUSTNESS_COLUMNS.items():
             values = cell[column].dropna()
             if values.empty:
-                row[title] = "n/a"
+                relative = column != "r_none" and not (cell["r_none"] > 0).any()
+                row[title] = NO_REFERENCE if relative else "n/a"
                 continue
             sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
             row[title] = (f"{values.mean():.{decimals}f} ± {sd:.{decimals}f}"
@@ -152,7 +155,7 @@ def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
             continue
         summary = aggregate_runs(level_runs, metrics)
         caption = (f"Empathy prediction ({', '.join(scenarios).replace('_', ' ')}), {level}-level, mean $\\pm$ std over {spread}; "
-                   f"scores x{scale:g}. Best per column bold, second underlined.")
+                   f"scores x{scale:g}; MSE on the rating scale. Best per column bold, second underlined.")
         written[level] = write_tables(summary, out_dir / f"paper_table_{level}", metrics, scale, decimals, caption)
         summaries[level] = summary
         if plots:

@@ -7,6 +7,7 @@ number of runs).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -66,8 +67,9 @@ def rank_marks(summary: pd.DataFrame, metrics: tuple[str, ...], scale: float = 1
 
 
 def _cell(summary: pd.DataFrame, row: int, metric: str, scale: float, decimals: int) -> str:
+    """mean ± std, or n/a where the runs have no value (e.g. level metrics without integer levels), not nan."""
     mean, std = summary.at[row, f"{metric}_mean"] * scale, summary.at[row, f"{metric}_std"] * scale
-    return f"{mean:.{decimals}f} ± {std:.{decimals}f}"
+    return f"{mean:.{decimals}f} ± {std:.{decimals}f}" if math.isfinite(mean) else "n/a"
 
 
 def _display(summary: pd.DataFrame, metrics: tuple[str, ...], scale: float, decimals: int,

@@ -5,6 +5,8 @@ Everything comes from the checkpoint (its header `checkpoint["empathic_fusion"]`
 and from the run folder beside it (`<run>/checkpoints/x.ckpt` -> `<run>/test_metrics.json`,
 `<run>/run_info.json`), never from the data folder, which may not be on the serving machine.
 
+Test MSE is shown on the label (rating) scale, named beside it. A model whose test report says it does
+not beat the constant training mean (evaluation/report.py `sanity_check`) has that sentence on its card.
 Scores are clipped to the label scale of the training data (the page says when a raw score fell
 outside it). The interval shown with a score is the run's split-conformal interval (the test report's
 "intervals", empathic_fusion/evaluation/conformal.py): the score +- a half-width calibrated on the
@@ -26,6 +28,7 @@ import yaml
 
 from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.conformal import METHOD, ConformalInterval
+from empathic_fusion.evaluation.report import MSE_SCALE, sanity_check
 from empathic_fusion.models.checkpoints import checkpoint_header
 
 FUSION_OUTPUT = "empathy"  # a fusion model's one output: a rating (its windows averaged)
@@ -47,7 +50,7 @@ def interval_bounds(value, half_width: float, scale: tuple[float, float] | None)
 
 @dataclass(frozen=True)
 class TestMetrics:
-    """One output's test metrics; mse on the label scale."""
+    """One output's test metrics; mse on the label (rating) scale."""
 
     r: float | None
     r_low: float | None = None
@@ -69,6 +72,7 @@ class ModelCard:
     commit: str = "unknown"
     intervals: dict[str, ConformalInterval] = field(default_factory=dict)  # per output name (conformal)
     interval_note: str = NO_INTERVALS  # why an output has no interval
+    sanity: str | None = None  # the test report's sentence when the model does not beat the constant training mean
 
     @property
     def generated(self) -> bool:
@@ -116,6 +120,8 @@ class ModelCard:
                  f"**Training data:** {data.get('name') or 'unknown'}" + (f" ({size})" if size else "")
                  + f"; label {labels}, scale {scale}" + ("; generated data" if self.generated else ""),
                  f"**Test metrics** ({self.metrics_source or 'none recorded'}): " + self._metrics_text()]
+        if self.sanity:
+            lines.append(f"**{self.sanity}**")
         if self.metrics_note:
             lines.append(f"*{self.metrics_note}*")
         lines.append(f"**Trained:** {self.date}, commit `{self.commit}`")
@@ -142,7 +148,8 @@ class ModelCard:
                 r += f" ({level}bootstrap CI {m.r_low:.3f} to {m.r_high:.3f})"
             mse = f", MSE {m.mse:.3f}" if m.mse is not None else ""
             parts.append(f"{name}: {r}{mse}")
-        return "; ".join(parts)
+        scale = f" (MSE on the {self.scale[0]:g}-{self.scale[1]:g} scale of the labels)" if self.scale else ""
+        return "; ".join(parts) + (scale if any(m.mse is not None for m in self.test.values()) else "")
 
 
 # ---- reading a card from a checkpoint --------------------------------------------------------------
@@ -186,10 +193,23 @@ def _metrics(values: dict[str, Any], ci: dict[str, Any] | None, mse_factor: floa
                        mse=None if mse is None else float(mse) * mse_factor)
 
 
+def _sanity(summary: dict[str, Any], model: dict[str, Any], constant: dict[str, Any] | None, mse_factor: float,
+            scale_name: str) -> str | None:
+    """The report's sanity sentence; a report from before it was written gets the same check from its numbers."""
+    if "sanity" in summary:
+        return (summary["sanity"] or {}).get("message")
+    if model.get("pearson") is None or model.get("mse") is None:
+        return None
+    scaled = (lambda values: {**values, "mse": float(values["mse"]) * mse_factor})
+    return sanity_check(scaled(model), scaled(constant) if constant and constant.get("mse") is not None else None,
+                        scale_name)["message"]
+
+
 def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
-    """Card of a fusion checkpoint. Its test report gives MSE on the cosine scale (rating - midpoint) /
-    half-range of the training data's rating scale; the card shows it on the rating scale (x half-range^2:
-    x 4 on 1-5). Checkpoints that predate the recorded scale were trained on 1-5."""
+    """Card of a fusion checkpoint. Its test report gives MSE on the rating scale of the training data
+    (`mse_scale: rating`); a report from before that gave it on the cosine scale (rating - midpoint) /
+    half-range, which the card shows on the rating scale (x half-range^2: x 4 on 1-5). Checkpoints that
+    predate the recorded scale were trained on 1-5."""
     header = checkpoint_header(checkpoint, ckpt_path)
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
@@ -204,12 +224,14 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     run = run_folder(ckpt_path)
     summary = _read_json(run / "test_metrics.json")
     rating = ((summary.get("model") or {}).get("rating")) or {}
-    test = ({"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), scale.half_range ** 2)}
-            if rating else {})
+    factor = 1.0 if summary.get("mse_scale") == MSE_SCALE else scale.half_range ** 2
+    test = ({"empathy": _metrics(rating, (summary.get("ci") or {}).get("rating"), factor)} if rating else {})
+    constant = ((summary.get("constant_baseline") or {}).get("rating")) or None
+    sanity = _sanity(summary, rating, constant, factor, f"the {scale} rating scale") if rating else None
     intervals, note = _intervals(summary, {"rating": FUSION_OUTPUT, "window": FUSION_WINDOW})
     return ModelCard("fusion", model, ckpt_path, data, test, _confidence(summary, run),
                      _source(run, summary), metrics_note, _training_date(header, ckpt_path),
-                     _commit(header, run), intervals, note)
+                     _commit(header, run), intervals, note, sanity)
 
 
 def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
@@ -238,9 +260,12 @@ def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "
     if not test and (summary.get("model") or {}).get("rating"):
         main = "overall" if len(labels) > 1 else (labels[0] if labels else "score")
         test[main] = _metrics(summary["model"]["rating"], ci.get("rating"), 1.0)
+    rating = (summary.get("model") or {}).get("rating")
+    constant = ((summary.get("constant_baseline") or {}).get("rating")) or None
+    sanity = _sanity(summary, rating, constant, 1.0, "the labels' scale") if rating else None
     intervals, note = _intervals(summary)
     return ModelCard("text", model, ckpt_path, data, test, _confidence(summary, run), _source(run, summary),
-                     metrics_note, _training_date(header, ckpt_path), _commit(header, run), intervals, note)
+                     metrics_note, _training_date(header, ckpt_path), _commit(header, run), intervals, note, sanity)
 
 
 def _intervals(summary: dict[str, Any],

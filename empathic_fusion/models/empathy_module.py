@@ -2,7 +2,8 @@
 
 Training recipe defaults follow Appendix B of Shen, Kim et al. 2024 (EmpathicStories++): AdamW lr
 1e-4, StepLR every 5 epochs by 0.1 (conf/optimizer/adamw.yaml, conf/scheduler/step_lr.yaml), MSE.
-Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`; Acc/F1
+Metrics are logged per stage as `{stage}/window/{metric}` and `{stage}/rating/{metric}`, MSE and MAE on
+the rating scale (`{stage}/loss` is the MSE on the cosine scale the model trains on); Acc/F1
 binarise at `evaluation.threshold_rating` of the run config (null: the midpoint of the rating scale).
 The rating scale is the training data's (dataset.yaml `rating_scale`, recorded as `data_info["scale"]`;
 1-5 for checkpoints from before datasets declared one): targets are ratings mapped onto [-1, 1], and
@@ -36,8 +37,9 @@ from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.groups import group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report import build_report, format_ci, predict_split, settings, write_test_report
-from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics
+from empathic_fusion.evaluation.report import (build_report, format_ci, predict_split, sanity_check, settings,
+                                               write_test_report)
+from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics, model_loss
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
 
@@ -231,8 +233,9 @@ class EmpathyModule(EmpathyLightningModule):
                                      "the weights hold non-finite values: run `python extract.py verify=true` to "
                                      "check the feature store, or lower the learning rate")
         rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
-        levels = {"window": empathy_metrics(pred, target, self.threshold),
-                  "rating": empathy_metrics(rating_pred, rating_target, self.threshold)}
+        half_range = self.rating_scale.half_range  # MSE and MAE on the rating scale; `{stage}/loss` is the model's
+        levels = {"window": empathy_metrics(pred, target, self.threshold, half_range=half_range),
+                  "rating": empathy_metrics(rating_pred, rating_target, self.threshold, half_range=half_range)}
         self.results[stage] = levels
         for level, values in levels.items():
             self.log_dict({f"{stage}/{level}/{k}": v for k, v in values.items()}, prog_bar=False)
@@ -273,8 +276,11 @@ class EmpathyModule(EmpathyLightningModule):
         results = report["results"]
         with warnings.catch_warnings():  # a constant's correlation is undefined; reported as 0 by design
             warnings.simplefilter("ignore")
-            baseline = {level: empathy_metrics(torch.full_like(predictions[f"{level}_target"], datamodule.train_target_mean),
-                                               predictions[f"{level}_target"], threshold)
+            constant = {level: torch.full_like(predictions[f"{level}_target"], datamodule.train_target_mean)
+                        for level in ("window", "rating")}
+            baseline = {level: {**empathy_metrics(constant[level], predictions[f"{level}_target"], threshold,
+                                                  half_range=scale.half_range),
+                                "loss": model_loss(constant[level], predictions[f"{level}_target"])}
                         for level in ("window", "rating")}
         rows = {f"{self.title} (per window)": results["window"], f"{self.title} (per rating)": results["rating"],
                 "constant train mean (per window)": baseline["window"],
@@ -292,14 +298,18 @@ class EmpathyModule(EmpathyLightningModule):
             rated = report["tables"]["rating"]
             attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
             summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
-                                                           scale.to_target, out_dir, "the cosine scale", loggers)
+                                                           scale, out_dir, f"the {scale} rating scale", loggers)
             notes = "\n\n".join(filter(None, (notes, group_table)))
         if config["missing_modalities"]:  # the test split again with modalities removed and frames dropped
             missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
-                                              loggers)
+                                              loggers, scale.half_range)
             summary["missing_modalities"] = missing["summary"]
             notes = "\n\n".join(filter(None, (notes, missing["table"])))
         heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
                    f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
-                   f"MSE on the cosine scale (rating-{scale.midpoint:g})/{scale.half_range:g})")
-        return write_test_report(out_dir, heading, rows, summary, notes=notes)
+                   f"MSE on the {scale} rating scale; the training loss, MSE on the model's scale "
+                   f"(rating-{scale.midpoint:g})/{scale.half_range:g}, is `loss` in test_metrics.json)")
+        rated = report["tables"]["rating"]
+        sanity = sanity_check(results["rating"], baseline["rating"], f"the {scale} rating scale",
+                              rated["predicted"].to_numpy(float), rated["rated"].to_numpy(float))
+        return write_test_report(out_dir, heading, rows, summary, notes=notes, sanity=sanity)

@@ -1,8 +1,10 @@
 """What `empathic-predict` runs: read the checkpoint's kind, score the data, write the tables and the card.
 
 Outputs, in `out_dir` (default: the run's folder):
-  predictions.csv          fusion: one row per (session, story) pair; text: one row per input row,
-                           its columns kept. Rows that could not be scored stay, with `status` and `reason`.
+  predictions.csv          fusion: one row per (session, story) pair, and one (story_id empty) per session
+                           without a pair to score; text: one row per input row, its columns kept. Rows
+                           that could not be scored stay, with `status` and `reason`; a session shorter
+                           than one window is scored as one window, with a `note`.
                            Each score carries its split-conformal interval (the run's test report: the
                            rating-level half-width for a pair, each output's for a text row), cut to the scale.
   session_predictions.csv  fusion: one row per session of sessions.csv
@@ -74,14 +76,14 @@ def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path
     _write_csv(scores.sessions, out_dir / "session_predictions.csv")
     _write_csv(scores.windows, out_dir / "window_predictions.csv")
     unscored = scores.pairs[scores.pairs.status != "scored"]
-    for reason, rows in unscored.groupby("reason").session_id:
+    lone = unscored.story_id == ""  # a session without a pair to score: its one row
+    for reason, rows in unscored[~lone].groupby("reason").session_id:
         sessions = list(dict.fromkeys(rows))
         log.warning("not scored: %d pair(s) of session(s) %s: %s", len(rows),
                     ", ".join(sessions[:5]) + (f" and {len(sessions) - 5} more" if len(sessions) > 5 else ""), reason)
-    empty = scores.sessions[scores.sessions.stories_scored + scores.sessions.stories_not_scored == 0]
-    for row in empty.itertuples():
+    for row in unscored[lone].itertuples():
         log.warning("not scored: session '%s': %s", row.session_id, row.reason)
-    return scores.scored, len(unscored) + len(empty)
+    return scores.scored, len(unscored)
 
 
 def _predict_table(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
@@ -133,6 +135,7 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     del checkpoint
     scored, not_scored = this.score(cfg, ckpt, card, out_dir)
     atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
-    if card.banner():
-        print(card.banner().replace("**", ""))
+    for note in (card.banner(), card.sanity):  # generated training data; no better than the training mean
+        if note:
+            print(note.replace("**", ""))
     return PredictResult(kind, out_dir, scored, not_scored)

@@ -7,7 +7,9 @@ and `trainer.predict` runs the module's `predict_step` (the web app's Clip tab s
 way). Predictions are mapped back onto the rating scale the model was trained on (the checkpoint carries
 it; 1-5 for checkpoints from before), never the new folder's: a folder whose ratings.csv rates on another
 scale is refused. Every (session, story) pair the predict split holds comes back, scored or with the
-reason it could not be.
+reason it could not be, and so does every session without a pair to score (one row, story_id empty).
+Media shorter than one window are scored as one window as in training (datamodules/windows.py), with a
+`note`; window times end at the media's end.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import pandas as pd
 import torch
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.windows import short_media_note, window_ends
 from empathic_fusion.metrics import aggregate_by_rating
 from empathic_fusion.models.card import FUSION_OUTPUT, FUSION_WINDOW, ModelCard
 from empathic_fusion.models.empathy_module import EmpathyModule
@@ -114,6 +117,7 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
     pairs["self_report"] = pd.to_numeric(ratings.empathy, errors="coerce").to_numpy()
     pairs["status"] = "not scored"
     pairs["reason"] = [datamodule.skipped.get(int(i), "") for i in ratings.index]
+    pairs["note"] = [_short_note(datamodule, sid) for sid in pairs.session_id]
     window_rows = pd.DataFrame(columns=["session_id", "participant_id", "story_id", "start_s", "end_s",
                                         "predicted", "raw_predicted", "interval_low", "interval_high"])
     if windows is not None and pred is not None:
@@ -131,17 +135,40 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
         raw_windows = np.asarray(model.rating_scale.to_rating(pred), dtype=float)
         rated = ratings.loc[index]
         fps = datamodule.dataset.fps
+        starts = windows.start.to_numpy()
+        ends = window_ends(starts, windows.session_id.map(datamodule.session_frames).to_numpy(), datamodule.window_frames)
         window_rows = pd.DataFrame({"session_id": windows.session_id.to_numpy(),
                                     "participant_id": rated.participant_id.to_numpy(),
                                     "story_id": rated.story_id.to_numpy(),
-                                    "start_s": windows.start.to_numpy() / fps,
-                                    "end_s": (windows.start.to_numpy() + datamodule.window_frames) / fps,
+                                    "start_s": starts / fps, "end_s": ends / fps,  # never past the media's end
                                     "predicted": _clipped(card, raw_windows)[0], "raw_predicted": raw_windows,
                                     "interval_low": np.nan, "interval_high": np.nan})
         window_bounds = card.interval_bounds(FUSION_WINDOW, window_rows["predicted"].to_numpy())  # window level
         if window_bounds is not None:
             window_rows["interval_low"], window_rows["interval_high"] = window_bounds
-    return DatasetScores(pairs, _session_table(datamodule, pairs, masked, failures), window_rows)
+    sessions = _session_table(datamodule, pairs, masked, failures)
+    return DatasetScores(_with_sessions_without_pairs(pairs, sessions, datamodule.scenario), sessions, window_rows)
+
+
+def _short_note(datamodule: EmpathyDataModule, session_id: str) -> str:
+    """The note of a session whose media are shorter than one window (windows.py's one rule), else ""."""
+    n_frames = datamodule.session_frames.get(session_id)
+    if n_frames is None or datamodule.dataset is None:
+        return ""
+    return short_media_note(n_frames, datamodule.window_frames, datamodule.dataset.fps) or ""
+
+
+def _with_sessions_without_pairs(pairs: pd.DataFrame, sessions: pd.DataFrame, scenario: str) -> pd.DataFrame:
+    """The pairs, then a row (story_id empty, not scored, with its reason) for every session that has no pair
+    to score (no transcript, so its stories are unknown): predictions.csv lists every session."""
+    lone = sessions[sessions.stories_scored + sessions.stories_not_scored == 0]
+    if lone.empty:
+        return pairs
+    rows = pd.DataFrame({"session_id": lone.session_id.to_numpy(), "participant_id": lone.participant_id.to_numpy(),
+                         "story_id": "", "scenario": scenario, "clipped": False, "windows": 0,
+                         "masked_modalities": lone.masked_modalities.to_numpy(), "status": "not scored",
+                         "reason": lone.reason.to_numpy(), "note": ""})
+    return pd.concat([pairs, rows], ignore_index=True)[list(pairs.columns)]
 
 
 def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:

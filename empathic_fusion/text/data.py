@@ -4,19 +4,24 @@ One row is one scored text. Besides the text column(s) and label column(s) a tab
 - a group column (writer, conversation): folds never split a group;
 - context columns (e.g. the speaker turn a listener answers), each encoded as its own field;
 - an order column: with `context_turns: k`, the text of the k preceding rows of the same group
-  (ordered by it) becomes one more field, `previous_turns` (empty when there is none);
+  (ordered by it) becomes one more field, `previous_turns` (empty when there is none). It is derived,
+  never read from the table: training and scoring (`empathic-predict`, the app) build it from the group
+  and order columns with `text_fields` (`TextTableSpec.input_columns` are the columns a row to score needs);
 - persona columns ("Talk, Listen, Connect": gender, empathic concern, ...): strings are categories, numbers are
   standardised with training-fold statistics; missing values get their own category / 0.
 Rows with a missing label are an error (named by line); missing texts become "".
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.config.inputs import missing_data_hint
 from empathic_fusion.core.errors import MissingFileError, UserError
 from empathic_fusion.datamodules.splits import group_folds, group_holdout
 
@@ -35,10 +40,39 @@ class TextTableSpec:
     order_column: str | None = None
     context_turns: int = 0
 
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any]) -> "TextTableSpec":
+        """The spec a data config (or a checkpoint's run config "data") describes; a single column may be a string."""
+        as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
+        return cls(as_list(data.get("text_columns")), as_list(data.get("label_columns")), data.get("group_column"),
+                   as_list(data.get("context_columns")), as_list(data.get("persona_columns")),
+                   data.get("order_column"), int(data.get("context_turns") or 0))
+
     @property
     def fields(self) -> list[str]:
         """Names of the text fields each row is encoded into, in model input order."""
         return list(self.text_columns) + list(self.context_columns) + ([PREVIOUS_TURNS] if self.context_turns > 0 else [])
+
+    @property
+    def conversation_columns(self) -> list[str]:
+        """The columns `previous_turns` is built from (group, then order), or none without context turns."""
+        if self.context_turns <= 0:
+            return []
+        return [c for c in (self.group_column, self.order_column) if c]
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The table columns a row to score needs: its texts, and the conversation columns the derived
+        fields are built from (never a derived field itself). Labels and persona are not among them."""
+        return list(dict.fromkeys(self.text_columns + self.context_columns + self.conversation_columns))
+
+    def inputs_note(self) -> str:
+        """What the model reads, for messages: the raw columns and what is built from them."""
+        note = f"the model reads column(s) {self.input_columns}"
+        if self.conversation_columns:
+            note += (f" ({PREVIOUS_TURNS} is built from {' and '.join(self.conversation_columns)}: the "
+                     f"{self.context_turns} preceding turn(s) of the same {self.group_column}, as in training)")
+        return note
 
 
 class TextTableError(UserError, ValueError):
@@ -46,11 +80,12 @@ class TextTableError(UserError, ValueError):
     message lists every problem with the table's name."""
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """CSV, TSV or JSON lines, by suffix."""
+def read_table(path: str | Path, source: str | None = None) -> pd.DataFrame:
+    """CSV, TSV or JSON lines, by suffix; a missing table names data.path= and where the data comes from
+    (`source`, the data config's)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"text table {path} does not exist")
+        raise MissingFileError(f"text table {path} does not exist{missing_data_hint('data.path', source)}")
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".ndjson"}:
         return pd.read_json(path, lines=True)
@@ -98,16 +133,30 @@ def text_fields(table: pd.DataFrame, spec: TextTableSpec) -> dict[str, list[str]
         if len(spec.text_columns) > 1 or spec.context_columns:
             parts = [table[c].fillna("").astype(str) for c in spec.context_columns + spec.text_columns]
             turn_text = parts[0].str.cat(parts[1:], sep=" ") if len(parts) > 1 else parts[0]
-        order = table[spec.order_column] if spec.order_column else pd.Series(np.arange(len(table)), index=table.index)
+        order = _order(table[spec.order_column]) if spec.order_column else pd.Series(np.arange(len(table)), index=table.index)
         frame = pd.DataFrame({"g": table[spec.group_column].astype(str), "o": order, "t": turn_text,
                               "i": np.arange(len(table))}).sort_values(["g", "o", "i"], kind="stable")
         previous = [""] * len(table)
         for _, rows in frame.groupby("g", sort=False):
             texts = rows.t.tolist()
             for j, i in enumerate(rows.i.tolist()):
-                previous[i] = " ".join(texts[max(0, j - spec.context_turns):j])
+                previous[i] = join_turns(texts[:j], spec.context_turns)
         fields[PREVIOUS_TURNS] = previous
     return fields
+
+
+def _order(values: pd.Series) -> pd.Series:
+    """An order column as numbers when every value given is one (a table read as text, as `empathic-predict`
+    reads it, then orders turns 2 before 10 as training did), else as it is."""
+    given = values.replace("", np.nan)
+    numbers = pd.to_numeric(given, errors="coerce")
+    return numbers if numbers.notna().sum() == given.notna().sum() else values
+
+
+def join_turns(turns: Sequence[str], k: int) -> str:
+    """`previous_turns` of a row from the texts of the turns before it in its conversation (oldest first):
+    the last k, joined by a space; the one rule for training, scoring a table and the app's typed turns."""
+    return " ".join(list(turns)[-k:]) if k > 0 else ""
 
 
 def labels(table: pd.DataFrame, spec: TextTableSpec) -> np.ndarray:

@@ -4,10 +4,10 @@ Like the fusion datamodule, a run tests one fold (`cv_fold` of `cv_folds`); a sw
 `data.cv_fold` covers them all and `evaluate.py sweep_dir=` aggregates the folds. `cv_fold=null`
 trains on every row (a validation part still held out for checkpoints) and tests nothing;
 `test_all=true` tests every row (scoring a new table with a trained checkpoint). `predict=true`
-makes every row of the table the predict split (`trainer.predict`): labels are not needed, a
-`previous_turns` column gives that field directly, and the persona encoder and target statistics
-must come from a checkpoint (`apply_fitted`, or `for_checkpoint`); the app and `TextScorer` score
-typed text this way.
+makes every row of the table the predict split (`trainer.predict`): labels are not needed, its
+rows hold the fields as the model reads them (`TextScorer` builds the derived `previous_turns` from
+the raw columns first, as training does), and the persona encoder and target statistics must come
+from a checkpoint (`apply_fitted`, or `for_checkpoint`); `empathic-predict` and the app score this way.
 Persona encoder and target statistics are fitted on the training rows only (or come from a
 checkpoint, `apply_fitted`). Batches carry the raw strings of every field, persona ids / numbers,
 targets and row indices, and, with a frozen `embedder` attached, the cached field embeddings.
@@ -64,24 +64,27 @@ class TextDataModule(L.LightningDataModule):
                  split_seed: int = _T.split_seed, levels: list[int] | None = None, max_rows: int | None = None,
                  name: str = _T.name, num_workers: int = _T.num_workers, table: pd.DataFrame | None = None,
                  generated: bool = False, predict: bool = False, modalities: list[str] = ("text",),
-                 features: dict[str, Any] | None = None):
+                 features: dict[str, Any] | None = None, source: str | None = _T.source):
         """`modalities` and `features` are what the pipeline gives every datamodule: a text table
         serves the text modality only, and its fields are embedded by the model's own encoder, so
-        the feature-extraction config (conf/features) does not apply."""
+        the feature-extraction config (conf/features) does not apply. `source`: where the table comes
+        from, for the message when it is missing."""
         super().__init__()
         if list(modalities) != ["text"]:
             raise ValueError(f"a text table (data={name}) serves the text modality only, got modalities "
                              f"{list(modalities)}: use modality=t")
-        as_list = (lambda v: [v] if isinstance(v, str) else list(v or []))
         self.path = path
         self.name = name
         self.modalities = ["text"]
-        self.spec = TextTableSpec(as_list(text_columns), as_list(label_columns), group_column, as_list(context_columns),
-                                  as_list(persona_columns), order_column, int(context_turns))
+        self.spec = TextTableSpec.from_config(dict(
+            text_columns=text_columns, label_columns=label_columns, group_column=group_column,
+            context_columns=context_columns, persona_columns=persona_columns, order_column=order_column,
+            context_turns=context_turns))
         self.n_folds, self.val_fraction, self.batch_size, self.split_seed = int(cv_folds), val_fraction, batch_size, split_seed
         self.cv_fold = cv_fold
         self.test_all = bool(test_all)
         self.generated = bool(generated)  # the table was generated (the synthetic one), not annotated
+        self.source = source
         self.predict = bool(predict)
         self.max_rows = max_rows
         self.num_workers = num_workers
@@ -94,7 +97,7 @@ class TextDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.folds is not None:
             return
-        table = self.table if self.table is not None else read_table(self.path)
+        table = self.table if self.table is not None else read_table(self.path, self.source)
         if self.predict:
             self._setup_predict(table)
             return
@@ -109,7 +112,9 @@ class TextDataModule(L.LightningDataModule):
         self.use_fold(None if self.test_all else self.cv_fold)
 
     def _setup_predict(self, table: pd.DataFrame) -> None:
-        """Every row is the predict split; label columns are optional (NaN targets when absent)."""
+        """Every row is the predict split; label columns are optional (NaN targets when absent). The rows
+        hold every field as the model reads it: a derived one (`previous_turns`) built already
+        (`TextScorer.build_fields`, from the raw columns as training does), or empty when absent."""
         spec = self.spec
         needed = spec.text_columns + spec.context_columns + spec.persona_columns
         missing = [c for c in dict.fromkeys(needed) if c not in table.columns]
@@ -118,11 +123,8 @@ class TextDataModule(L.LightningDataModule):
         if len(table) == 0:
             raise ValueError("no rows to score")
         self.table = table.reset_index(drop=True)
-        conversation = [c for c in (spec.group_column, spec.order_column) if c]
-        from_conversation = (spec.context_turns > 0 and PREVIOUS_TURNS not in table.columns and bool(conversation)
-                             and all(c in table.columns for c in conversation))
-        self.fields = text_fields(self.table, spec if from_conversation else replace(spec, context_turns=0))
-        if spec.context_turns > 0 and not from_conversation:  # the previous turns as given, or none
+        self.fields = text_fields(self.table, replace(spec, context_turns=0))
+        if spec.context_turns > 0:  # built by the caller (TextScorer.build_fields), or none
             given = self.table[PREVIOUS_TURNS] if PREVIOUS_TURNS in self.table.columns else pd.Series([""] * len(self.table))
             self.fields[PREVIOUS_TURNS] = given.fillna("").astype(str).tolist()
         self.targets = np.stack([pd.to_numeric(self.table[c], errors="coerce").to_numpy(np.float32)

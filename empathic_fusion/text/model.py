@@ -39,7 +39,7 @@ from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.evaluation.conformal import format_intervals
 from empathic_fusion.evaluation.groups import group_results
-from empathic_fusion.evaluation.report import format_ci, group_report, settings, write_test_report
+from empathic_fusion.evaluation.report import format_ci, group_report, sanity_check, settings, write_test_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
 from empathic_fusion.text.data import PersonaEncoder
@@ -377,8 +377,9 @@ class TextEmpathyModule(EmpathyLightningModule):
                    "data": datamodule.describe(),
                    "intervals": text_intervals(self, datamodule, float(config["interval_coverage"]))}
         dm = datamodule
+        scale_name = f"the labels' {scale} scale" if scale is not None else "the labels' scale"
         heading = (f"Test metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(dm.test_rows)} rows, {main}; "
-                   f"Acc/F1: above {threshold_rating:g} counts as empathized)")
+                   f"Acc/F1: above {threshold_rating:g} counts as empathized; MSE on {scale_name})")
         logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
                   for m, v in res["rating"].items()}
         notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
@@ -387,10 +388,12 @@ class TextEmpathyModule(EmpathyLightningModule):
             attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
             summary["groups"], group_table = group_results(
                 frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]), attributes,
-                config, None, out_dir, "the labels' scale", loggers)
+                config, None, out_dir, scale_name, loggers)
             notes = "\n\n".join(filter(None, (notes, group_table)))
+        sanity = sanity_check(per_output[main][self.title], rows["constant"], scale_name,
+                              frame["prediction"].to_numpy(float), frame["target"].to_numpy(float))
         write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
-                          notes=notes, loggers=loggers, logged=logged)
+                          notes=notes, loggers=loggers, logged=logged, sanity=sanity)
         robust = robustness_report(TextScorer(self), datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
         if robust is not None:
             summary["robustness"] = str(robust)

@@ -52,8 +52,9 @@ def frozen_twin(module: EmpathyLightningModule) -> SentenceEncoder:
 def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule, threshold_rating: float,
                      baselines_cfg: dict[str, Any]) -> dict[str, Any]:
     """The test fold's metrics per output (each label, and their mean as `overall`) for the model
-    and the enabled baselines, with the rows' predictions. Acc/F1: above `threshold_rating` counts
-    as empathized."""
+    and the enabled baselines, with the rows' predictions, and the constant training mean's metrics on the
+    main output (`constant`, also without baselines: the sanity check's). Acc/F1: above `threshold_rating`
+    counts as empathized."""
     predictions = module.test_predictions
     if not predictions:
         raise RuntimeError("no test predictions: run trainer.test first (and give the datamodule test rows)")
@@ -81,7 +82,14 @@ def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule,
                           "target": target.mean(1), "prediction": pred.mean(1)})
     for j, name in enumerate(names):
         frame[f"{name}_true"], frame[f"{name}_pred"] = target[:, j], pred[:, j]
-    return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame}
+    constant = per_output[main].get("training mean")
+    if constant is None:  # baselines off: the same constant, for the sanity check (training rows, else the checkpoint's)
+        fitted = np.concatenate([dm.train_rows, dm.val_rows])
+        mean = (baselines.train_mean(dm.targets[fitted], len(rows_idx)) if len(fitted)
+                else np.repeat(module.target_mean.cpu().numpy()[None, :], len(rows_idx), axis=0))
+        constant = metrics_with_levels(mean.mean(1), frame["target"].to_numpy(), threshold_rating, module.levels)
+    return {"main": main, "per_output": per_output, "baselines": list(compare), "predictions": frame,
+            "constant": constant}
 
 
 def validation_predictions(module: EmpathyLightningModule, datamodule: TextDataModule) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ persona vocabulary and target scaling; a frozen encoder's weights are not in it 
 from the encoder folder, whose identity hash is checked). `serve.py` and the robustness report
 score through `TextScorer`, which runs the module's `predict_step` with the one predict helper
 (empathic_fusion/models/predict.py) over a predict split of the text datamodule
-(`TextDataModule.for_checkpoint`): the batches are built as in training. Checkpoints are read by the
+(`TextDataModule.for_checkpoint`): the batches are built as in training, and so are derived fields
+(`build_fields`: `previous_turns` from a table's group and order columns). Checkpoints are read by the
 one loader (empathic_fusion/models/checkpoints.py).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.models.predict import predict
-from empathic_fusion.text.data import PersonaEncoder
+from empathic_fusion.text.data import PersonaEncoder, TextTableError, TextTableSpec, text_fields
 from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.report import OVERALL
 
@@ -48,25 +49,50 @@ class TextScorer:
 
     @property
     def fields(self) -> list[str]:
+        """The fields the model reads, derived ones (`previous_turns`) included."""
         return self.module.net.fields
+
+    @property
+    def spec(self) -> TextTableSpec:
+        """The column roles of the training table (which columns the derived fields are built from)."""
+        return TextTableSpec.from_config(self._data_config())
+
+    @property
+    def input_columns(self) -> list[str]:
+        """The columns a table to score needs: texts, and the group / order columns of the derived fields."""
+        return self.spec.input_columns
 
     @property
     def output_names(self) -> list[str]:
         names = list(self.module.label_names)
         return names + [OVERALL] if len(names) > 1 else names
 
+    def _data_config(self) -> dict:
+        """The training run's data config (older checkpoints without one: their fields as text columns)."""
+        info = self.module.hparams.data_info
+        return dict((self.module.hparams.run_config or {}).get("data") or {
+            "text_columns": list(info["fields"]), "label_columns": list(info["labels"]),
+            "persona_columns": list(self.persona.columns), "levels": info.get("levels")})
+
+    def build_fields(self, table: pd.DataFrame) -> dict[str, list[str]]:
+        """Every field the model reads for each row of a table with the raw columns (`input_columns`),
+        derived ones built as training built them (data.py `text_fields`: `previous_turns` from the
+        rows of the same group, in order). Raises TextTableError naming the columns it lacks."""
+        spec = self.spec
+        missing = [c for c in spec.input_columns if c not in table.columns]
+        if missing:
+            raise TextTableError(f"missing column(s) {missing}; {spec.inputs_note()}; found {list(table.columns)}")
+        return text_fields(table.reset_index(drop=True), spec)
+
     def datamodule(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> TextDataModule:
-        """The rows as a predict split of the checkpoint's text datamodule; a field left out is empty
-        text, persona left out is 'unknown'."""
+        """The rows as a predict split of the checkpoint's text datamodule; `fields` as the model reads
+        them (derived ones built: `build_fields`); a field left out is empty text, persona left out is 'unknown'."""
         n = max(len(v) for v in fields.values())
         rows = pd.DataFrame({f: list(fields.get(f, [""] * n)) for f in self.fields})
         for column in self.persona.columns:
             rows[column] = persona[column].to_numpy() if persona is not None and column in persona else None
-        info = self.module.hparams.data_info
-        data_cfg = (self.module.hparams.run_config or {}).get("data") or {
-            "text_columns": list(info["fields"]), "label_columns": list(info["labels"]),
-            "persona_columns": list(self.persona.columns), "levels": info.get("levels")}
-        return TextDataModule.for_checkpoint(data_cfg, info, rows, self.module.frozen_encoder)
+        return TextDataModule.for_checkpoint(self._data_config(), self.module.hparams.data_info, rows,
+                                             self.module.frozen_encoder)
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
               progress: bool = False) -> dict[str, np.ndarray]:
