@@ -17,11 +17,20 @@ from those recordings the way a phone, a second person or a surround microphone 
   surround     ARCTIC speech in all six channels of 48 kHz 5.1 audio, beside `mono`, the original
                16 kHz mono file: openSMILE's features must agree (per-feature r)
   clipped      the speech amplified past full scale: reported
+  audio_late   an mp4 whose AAC audio (the ARCTIC sentence, repeated) starts 2.5 s after its video, as a phone
+               or `ffmpeg -itsoffset 2.5` writes it, beside `audio_clean`, the same file with both at 0: the
+               audio features must line up with the clean ones on the session clock (lag 0 after the offset),
+               the leading frames without audio masked and reported
+  half_face    the Pexels clip shifted 190 px to the right, the face half out of the frame: the frames with
+               the face at the edge must be masked and reported, and one clipped face is not two faces
+  narrowband   the ARCTIC sentence as 8 kHz mu-law (a telephone recording): resampled, and the empty bands
+               above 4 kHz noted with the source rate
 
 then, each on its own copy: two `extract.py` on one store at once, a full disk (a 2 MB tmpfs when run as
 root, grown after the failure to show that a rerun completes), a `store_dir` that is a dangling link, a
-declared 1-7 rating scale, an unknown dataset.yaml key, and a rating outside the scale (the message only,
-exit status 1, no traceback). Every command runs as a user types it (`python extract.py ...` in a
+declared 1-7 rating scale, an unknown dataset.yaml key, a rating outside the scale (the message only,
+exit status 1, no traceback), and, when run as root (a read-only bind mount), a store inside a read-only
+dataset folder and training on a finished store mounted read-only. Every command runs as a user types it (`python extract.py ...` in a
 subprocess); the table goes to docs/results/bad_inputs.md (`--out` elsewhere, `--no-write` to print).
 """
 from __future__ import annotations
@@ -34,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -50,6 +60,8 @@ PEXELS, SINGLE, SPEECH = MEDIA / "WolfgangLanger_Pexels.mp4", MEDIA / "single_fa
 FPS = 15
 VFR_SLOW_UNTIL_S, VFR_SLOW_FPS = 12.0, 6.0
 COVERED_S = (5.0, 12.0)
+AUDIO_LATE_S = 2.5
+SHIFT_PX = 190
 
 
 # ---- media made from the real recordings ------------------------------------------------------
@@ -96,6 +108,46 @@ def write_audio(path: Path, samples: np.ndarray, rate: int, layout: str) -> None
         container.mux(stream.encode(None))
 
 
+def encode_with_audio(path: Path, frames: list[np.ndarray], times: list[float], speech: np.ndarray, rate: int,
+                      audio_start_s: float) -> None:
+    """An mp4 (MPEG-4 video, AAC mono audio) whose audio stream starts at audio_start_s on the container's
+    clock, as a recorder that starts its streams apart (or `ffmpeg -itsoffset`) writes it."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=24)
+        video.width, video.height, video.pix_fmt = frames[0].shape[1], frames[0].shape[0], "yuv420p"
+        video.codec_context.time_base = Fraction(1, 24000)
+        video.codec_context.qscale = 2
+        audio = container.add_stream("aac", rate=rate, layout="mono")
+        for image, when in zip(frames, times):
+            frame = av.VideoFrame.from_ndarray(image, format="bgr24")
+            frame.pts, frame.time_base = int(round(when * 24000)), Fraction(1, 24000)
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        samples = speech.astype(np.float32)
+        first = int(round(audio_start_s * rate))
+        for start in range(0, len(samples), 1024):
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[None, start:start + 1024]), format="flt",
+                                               layout="mono")
+            frame.sample_rate, frame.pts, frame.time_base = rate, first + start, Fraction(1, rate)
+            container.mux(audio.encode(frame))
+        container.mux(audio.encode(None))
+
+
+def write_mulaw(path: Path, samples: np.ndarray, rate: int) -> None:
+    """A mono G.711 mu-law wav (a telephone recording)."""
+    import av
+
+    pcm = (np.clip(samples, -1.0, 1.0) * 32767).astype(np.int16)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("pcm_mulaw", rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm[None]), format="s16", layout="mono")
+        frame.sample_rate = rate
+        container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+
+
 def speech_at(rate: int) -> np.ndarray:
     """The ARCTIC sentence (16 kHz mono) resampled to `rate`, float in [-1, 1]."""
     from scipy.signal import resample_poly
@@ -128,6 +180,15 @@ def make_media(media: Path) -> None:
     write_audio(media / "clipped.wav", (speech_at(16000) * 8.0)[None], 16000, "mono")
     (media / "speech.wav").symlink_to(SPEECH)
     (media / "pexels.mp4").symlink_to(PEXELS)
+    # the sentence repeated with a second's pause over the clip; in one container with the video, at 0 and late
+    speech = speech_at(48000)
+    unit = np.concatenate([speech, np.zeros(48000)])
+    repeated = np.tile(unit, int(np.ceil(times[-1] * 48000 / len(unit))))[: int((times[-1] - AUDIO_LATE_S) * 48000)]
+    encode_with_audio(media / "av_clean.mp4", frames, times, repeated, 48000, 0.0)
+    encode_with_audio(media / "av_late.mp4", frames, times, repeated, 48000, AUDIO_LATE_S)
+    shifted = [np.concatenate([np.zeros_like(f[:, :SHIFT_PX]), f[:, :-SHIFT_PX]], axis=1) for f in frames]
+    encode(media / "half_face.mkv", shifted, times)
+    write_mulaw(media / "narrowband.wav", speech_at(8000), 8000)
 
 
 CASE_SESSIONS = {  # session: (video, audio)
@@ -135,6 +196,8 @@ CASE_SESSIONS = {  # session: (video, audio)
     "two_faces": ("two_faces.mkv", "speech.wav"), "covered": ("covered.mkv", "speech.wav"),
     "crosstalk": ("pexels.mp4", "speech.wav"), "mono": ("pexels.mp4", "speech.wav"),
     "surround": ("pexels.mp4", "surround.wav"), "clipped": ("pexels.mp4", "clipped.wav"),
+    "audio_clean": ("av_clean.mp4", ""), "audio_late": ("av_late.mp4", ""),  # audio from the container
+    "half_face": ("half_face.mkv", "speech.wav"), "narrowband": ("pexels.mp4", "narrowband.wav"),
 }
 PLAIN_TRANSCRIPT = [(0.5, 3.5, "I want to tell you about my grandmother."),
                     (4.0, 9.0, "She taught me to bake bread every Sunday."),
@@ -155,7 +218,7 @@ def write_dataset(root: Path, scale: tuple[int, int] | None = None, ratings: dic
     sessions = list(CASE_SESSIONS)
     (root / "participants.csv").write_text("participant_id\n" + "".join(f"p_{s}\n" for s in sessions))
     (root / "sessions.csv").write_text("session_id,participant_id,video,audio\n" + "".join(
-        f"{s},p_{s},media/{v},media/{a}\n" for s, (v, a) in CASE_SESSIONS.items()))
+        f"{s},p_{s},media/{v},{'media/' + a if a else ''}\n" for s, (v, a) in CASE_SESSIONS.items()))
     (root / "stories.csv").write_text("story_id,text\nst1,My grandmother taught me to bake bread.\n")
     for session in sessions:
         rows = CROSSTALK_TRANSCRIPT if session == "crosstalk" else PLAIN_TRANSCRIPT
@@ -212,29 +275,20 @@ def same_pictures_at_same_times(store, media: Path) -> str:
             f"tracks the 6 fps pictures from further apart than the copy's repeated ones)")
 
 
-def face_switches(store, media: Path) -> str:
-    """two_faces: where the face the branch follows is (the tracker extraction runs, frame by frame: its
-    landmarks' centre left or right of the middle, where the participant and the other person are), and
-    the frames whose stored head-pose translation x is on the other person's side."""
-    from empathic_fusion.features.face_mesh import FaceMeshTracker
-    from empathic_fusion.features.media import iter_frames
+def face_switches(store) -> str:
+    """two_faces against the participant alone (session `mono`, the same pictures without the second
+    person): per frame, the mean distance between the stored landmarks (centred and scaled by the eyes'
+    distance, so the wider picture does not matter); the other person's face is far from the participant's
+    (0.05 or more), the participant's own within 0.02."""
+    from empathic_fusion.features.face_mesh import FACE_FEATURE_NAMES
 
-    tracker, sides, last = FaceMeshTracker(), [], -1
-    try:
-        for _, source, frame in iter_frames(media / "two_faces.mkv", FPS):
-            if source != last:
-                points = tracker.landmarks(frame, None)
-                last = source
-            if points is not None:
-                sides.append(points[:, 0].mean() > frame.shape[1] / 2)
-    finally:
-        tracker.close()
-    features = np.asarray(store.load("two_faces", "face", "features"), dtype=np.float32)
-    mask = np.asarray(store.load("two_faces", "face", "mask")) > 0
-    flipped = int((features[mask, 3] > 0).sum())
-    return (f"the followed face is the other person's in {int(np.sum(sides))} of {len(sides)} frames; the stored "
-            f"head-pose translation x is on the other side in {flipped} frames (a head-pose fit that flips, with "
-            f"the followed face where it was)")
+    first = list(FACE_FEATURE_NAMES).index("lm0_x")
+    both, alone = (np.asarray(store.load(s, "face", "features"), dtype=np.float32)[:, first:] for s in ("two_faces", "mono"))
+    valid = (np.asarray(store.load("two_faces", "face", "mask")) > 0) & (np.asarray(store.load("mono", "face", "mask")) > 0)
+    distance = np.abs(both[valid] - alone[valid]).mean(axis=1)
+    return (f"stored landmarks on another face than the participant's (mean distance to the participant alone above "
+            f"0.02) in {int((distance > 0.02).sum())} of {int(valid.sum())} frames valid in both (median distance "
+            f"{np.median(distance):.4f})")
 
 
 def covered_masked(store) -> str:
@@ -257,6 +311,46 @@ def surround_agreement(store) -> str:
     ratio = (f"; RMS energy {a[:, loudness].mean() / max(b[:, loudness].mean(), 1e-12):.2f}x the mono's"
              if loudness is not None else "")
     return f"per-feature r against mono: median {np.median(r):.3f}, min {r.min():.3f} over {len(r)} features{ratio}"
+
+
+def audio_alignment(store) -> str:
+    """audio_late against audio_clean: the lag (in frames) at which their RMS energy agrees best, over the
+    frames both have audio; the offset put right gives the true lag, AUDIO_LATE_S * FPS frames."""
+    names = store.entry("audio_clean", "audio").get("feature_names", [])
+    column = names.index("pcm_RMSenergy_sma")
+    late, clean = (np.asarray(store.load(s, "audio", "features"), dtype=np.float64)[:, column]
+                   for s in ("audio_late", "audio_clean"))
+    late_mask = np.asarray(store.load("audio_late", "audio", "mask")) > 0
+    n = min(len(late), len(clean))
+
+    def agreement(lag: int) -> float:
+        frames = np.arange(max(lag, 0), min(n, n + lag))
+        frames = frames[late_mask[frames]]
+        return float(np.corrcoef(late[frames], clean[frames - lag])[0, 1]) if len(frames) > 10 else -1.0
+
+    lags = range(-60, 61)
+    best = max(lags, key=agreement)
+    leading = int(np.argmax(late_mask)) if late_mask.any() else n
+    return (f"audio features agree best with the clean file's at a lag of {best} frames (r {agreement(best):.3f}; "
+            f"the audio starts {AUDIO_LATE_S * FPS:g} frames late); the first {leading} frames have audio mask 0")
+
+
+def half_face_frames(store) -> str:
+    """half_face against the unshifted clip (session `mono`): frames still valid, and among them those whose
+    head-pose yaw is more than 10 degrees from the whole face's."""
+    shifted, whole = (np.asarray(store.load(s, "face", "features"), dtype=np.float32) for s in ("half_face", "mono"))
+    valid = np.asarray(store.load("half_face", "face", "mask")) > 0
+    both = valid & (np.asarray(store.load("mono", "face", "mask")) > 0)
+    off = int((np.abs(shifted[both, 1] - whole[both, 1]) > 10.0).sum())
+    return (f"{int(valid.sum())} of {len(valid)} frames valid; {off} of them with a yaw more than 10 degrees from "
+            f"the whole face's")
+
+
+def narrowband_entry(store) -> str:
+    """narrowband: what the audio branch's manifest entry records about the source."""
+    entry = store.entry("narrowband", "audio") or {}
+    recorded = {key: entry[key] for key in sorted(entry) if "rate" in key or key == "channel_layout"}
+    return "manifest: " + ", ".join(f"{key} {value}" for key, value in recorded.items())
 
 
 def warnings_of(output: str, session: str, *needles: str) -> str:
@@ -331,6 +425,52 @@ def full_disk(dataset: Path, work: Path) -> list[tuple[str, str]]:
         return [("a full disk (2 MB)", before), ("the same disk grown", after)]
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+@contextmanager
+def read_only(folder: Path, at: Path):
+    """`folder` mounted read-only at `at` (a bind mount: root only); yields False where that cannot be done."""
+    at.mkdir(parents=True, exist_ok=True)
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "--bind", str(folder), str(at)],
+                                                    capture_output=True).returncode == 0
+    try:
+        if mounted and subprocess.run(["mount", "-o", "remount,bind,ro", str(at)], capture_output=True).returncode:
+            yield False
+        else:
+            yield mounted
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(at)], capture_output=True)
+
+
+def read_only_stores(dataset: Path, store: Path, work: Path) -> list[tuple[str, str]]:
+    """A store inside a read-only dataset folder (extraction must stop with one message), and training and
+    prediction on the finished store mounted read-only, the frame cache elsewhere (both must work)."""
+    rows = []
+    with read_only(dataset, work / "ro_dataset") as mounted:
+        if not mounted:
+            return [("read-only stores", "not run: a read-only bind mount needs root (tests/test_read_only_store.py "
+                                         "covers it where it can)")]
+        status, output = run("extract.py", *extract_args(work / "ro_dataset", work / "ro_dataset" / "features"))
+        rows.append(("store inside a read-only dataset folder",
+                     f"exit {status}, traceback {has_traceback(output)}: {first_error(output)}"))
+    run_dir = work / "ro_run"
+    with read_only(store, work / "ro_store"):
+        status, output = run("train.py", "data=empathic_stories", f"data.dataset_dir={dataset}",
+                             f"data.store_dir={work / 'ro_store'}", f"data.frame_cache_dir={work / 'frame_cache'}",
+                             "features=paper", "data.allow_shared_media=true", "model=tfn", "trainer.max_epochs=1",
+                             "data.split_fractions=[0.5,0.25,0.25]", "logger=none", "evaluation.bootstrap=20",
+                             "evaluation.plots=false", "trainer.enable_progress_bar=false", run_dir=run_dir)
+        trained = status == 0 and (run_dir / "test_metrics.json").exists()
+        result = ("exit 0, test_metrics.json written" if trained
+                  else f"exit {status}, traceback {has_traceback(output)}: {first_error(output)}")
+        if trained:
+            status, output = run("predict.py", f"ckpt_path={run_dir}", f"data.dataset_dir={dataset}",
+                                 f"data.store_dir={work / 'ro_store'}", f"out_dir={work / 'ro_predict'}", "progress=false")
+            result += f"; predict.py exit {status}" + ("" if status == 0 else f": {first_error(output)}")
+        rows.append(("training and prediction on a finished store mounted read-only (`data.frame_cache_dir` "
+                     "elsewhere)", result))
+    return rows
 
 
 def store_link(dataset: Path, work: Path) -> tuple[str, str]:
@@ -408,15 +548,21 @@ def main() -> None:
     rows = [
         ("variable frame rate (6 fps for 12 s, then 23.98)", same_pictures_at_same_times(features, dataset / "media"),
          warnings_of(output, "vfr")),
-        ("a second person beside the participant", face_switches(features, dataset / "media"), warnings_of(output, "two_faces")),
+        ("a second person beside the participant", face_switches(features), warnings_of(output, "two_faces")),
         ("camera covered from 5 s to 12 s", covered_masked(features), warnings_of(output, "covered")),
         ("overlapping utterances", crosstalk_placed(features), warnings_of(output, "crosstalk", "text")),
         ("48 kHz 5.1 audio, speech in all six channels", surround_agreement(features), warnings_of(output, "surround")),
         ("speech amplified past full scale", "kept as recorded", warnings_of(output, "clipped", "clips")),
+        (f"audio starting {AUDIO_LATE_S:g} s after the video in one mp4", audio_alignment(features),
+         warnings_of(output, "audio_late")),
+        (f"the face half out of the frame (shifted {SHIFT_PX} px)", half_face_frames(features),
+         warnings_of(output, "half_face")),
+        ("8 kHz mu-law audio", narrowband_entry(features), warnings_of(output, "narrowband", "audio")),
     ]
     table = ["| case | what the stored features show | what extraction reported |", "|---|---|---|"]
     table += [f"| {case} | {shown} | {reported} |" for case, shown, reported in rows]
     runs = [*two_extractions(dataset, work), *full_disk(dataset, work), store_link(dataset, work),
+            *read_only_stores(dataset, store, work),
             *seven_point_scale(dataset, store, work), *contract_errors(dataset, store, work)]
     table += ["", "| case | what the command did |", "|---|---|"]
     table += [f"| {case} | {result} |" for case, result in runs]

@@ -18,7 +18,7 @@ import pytest
 from empathic_fusion.config import ExtractRunConfig
 from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.core.errors import UserError
-from empathic_fusion.features.store import FeatureStore
+from empathic_fusion.features.store import FeatureStore, rows_folder
 from empathic_fusion.features.store_lock import HOLDER, HOST, ExtractionLock, StoreLockError, shards_overlap
 from tests.test_store_disk_full import AUDIO_CFG, SESSIONS, extract_audio, write_audio_dataset
 
@@ -203,6 +203,29 @@ def test_write_branch_never_removes_a_running_writers_temporary_folder(tmp_path)
         assert (folder / names["running"] / "features.npy").read_bytes() == b"part of an array"
         assert np.array_equal(store.load("s1", "audio", "features"), np.zeros((3, 2), np.float32))
         assert not [p for p in folder.iterdir() if p.name.startswith(".audio.") and str(os.getpid()) in p.name]
+    finally:
+        running.stop()
+
+
+def test_a_killed_extractions_rows_folder_goes_with_the_next_write_and_a_running_ones_stays(tmp_path):
+    """The rows a long session's extraction writes while it runs (store.rows_folder) are leftovers like a
+    temporary branch folder once their process is gone; this process's own are in use and stay."""
+    store = FeatureStore(tmp_path / "store")
+    folder = store.owner_dir("s1")
+    dead = _dead_pid()
+    running = Child(_idle)
+    try:
+        names = {"dead": f".rows.tmp-{dead}-a1b2@{HOST}", "running": f".rows.tmp-{running.pid}-c3d4@{HOST}",
+                 "mine": rows_folder(folder).name, "other_host": ".rows.tmp-77-e5f6@node-17.cluster"}
+        assert names["mine"].startswith(f".rows.tmp-{os.getpid()}-") and names["mine"].endswith(f"@{HOST}")
+        for name in names.values():
+            (folder / name).mkdir(parents=True)
+            (folder / name / "face.npy").write_bytes(b"rows of a long session")
+        store.write_branch("s1", "audio", {"features": np.ones((3, 2), np.float32)}, {"v": 1})
+        assert {key for key, name in names.items() if (folder / name).exists()} == {"running", "mine", "other_host"}
+        with store.writing():  # no other writer can be at work, except this host's running one
+            store.write_branch("s1", "face", {"features": np.ones((3, 2), np.float16)}, {"v": 1})
+        assert {key for key, name in names.items() if (folder / name).exists()} == {"running", "mine"}
     finally:
         running.stop()
 

@@ -90,6 +90,57 @@ def test_killed_extraction_completes_byte_identical(small_dataset, reference_sto
     assert not different, f"arrays differ from the uninterrupted run: {different}"
 
 
+def test_rows_written_to_disk_while_extracted_store_the_same_bytes(small_dataset, reference_store, tmp_path,
+                                                                   monkeypatch):
+    """Every session's face and CNN rows go to disk while extracted (as a long session's do): the store holds
+    the same bytes as the reference's, and no rows folder is left behind."""
+    from empathic_fusion.features import frame_rows
+    from empathic_fusion.features.frame_rows import NpyFile
+
+    monkeypatch.setattr(frame_rows, "SPILL_BYTES", 1)
+    handed: list[tuple[str, str]] = []
+    write_branch = FeatureStore.write_branch
+
+    def spy(self, owner, branch, arrays, *args, **kwargs):
+        handed.extend((branch, name) for name, array in arrays.items() if isinstance(array, NpyFile))
+        return write_branch(self, owner, branch, arrays, *args, **kwargs)
+
+    monkeypatch.setattr(FeatureStore, "write_branch", spy)
+    dataset = load_dataset(small_dataset)
+    report = extract_features(dataset, FeatureStore(tmp_path / "store"), ["video"], CFG, workers=1, progress=False)
+    assert not report.failures, report.summary()
+    assert sorted(set(handed)) == [("cnn", "features"), ("face", "features")]
+    assert len(handed) == 2 * len(dataset.sessions)
+    assert not [p for p in (tmp_path / "store").rglob(".*") if p.is_dir()]  # no rows or temporary folder left
+    ours = _arrays(tmp_path / "store")
+    assert ours and all(ours[name] == (reference_store / name).read_bytes() for name in ours)
+    assert {name.split("/")[2] for name in ours} == {"face", "cnn"}
+
+
+def test_a_disk_that_runs_full_while_rows_are_written_stops_the_run_naming_the_session(small_dataset, tmp_path,
+                                                                                        monkeypatch):
+    from empathic_fusion.features import frame_rows
+    from empathic_fusion.features.store import StoreSpaceError
+
+    def full(self):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        raise OSError(28, "No space left on device", str(self.folder / f"{self.name}.npy"))
+
+    monkeypatch.setattr(frame_rows, "SPILL_BYTES", 1)
+    monkeypatch.setattr(frame_rows.FrameRows, "_open", full)
+    store = tmp_path / "store"
+    first = sorted(load_dataset(small_dataset).sessions.index)[0]
+    with pytest.raises(StoreSpaceError) as info:
+        extract_features(load_dataset(small_dataset), FeatureStore(store), ["video"], CFG, workers=1, progress=False)
+    assert str(info.value).startswith(f"feature store {store}: the disk is full: session '{first}', branch 'face' "
+                                      f"needs ")
+    assert "No space left on device" in str(info.value) and "nothing of it was kept and extraction stopped" in \
+        str(info.value)
+    failures = json.loads((store / "failures.json").read_text())
+    assert [(f["session_id"], f["branch"]) for f in failures] == [(first, "face")]
+    assert not list(store.glob("sessions/*/*")) and not list(store.glob("sessions/*/.*"))  # nothing, no rows folder
+
+
 def test_shards_split_sessions_and_report_failures_apart(small_dataset, reference_store, tmp_path):
     dataset = load_dataset(small_dataset)
     store = FeatureStore(tmp_path / "store")

@@ -14,7 +14,9 @@ from empathic_fusion.dataset import load_dataset
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.features.freshness import StaleFeaturesError
 from empathic_fusion.features.extract import extract_features
-from empathic_fusion.features.store import FeatureStore, StoreIntegrityError
+from empathic_fusion.features import frame_rows, store as store_module
+from empathic_fusion.features.frame_rows import FrameRows, NpyFile
+from empathic_fusion.features.store import FeatureStore, StoreIntegrityError, rows_folder
 from tests.conftest import FEATURES_CFG
 
 
@@ -132,6 +134,50 @@ def test_non_finite_values_never_enter_the_store(tmp_path):
     with pytest.raises(StoreIntegrityError, match="session 's1', branch 'audio'.*1 NaN/Inf value.*'features'"):
         store.write_branch("s1", "audio", {"features": bad, "mask": np.ones(4, np.uint8)}, {"v": 1})
     assert store.entry("s1", "audio") is None and not (tmp_path / "store" / "sessions" / "s1" / "audio").exists()
+
+
+def _written_to_disk(folder, name: str, array: np.ndarray) -> NpyFile:
+    """`array` as extraction writes a long session's rows: to a .npy file, row by row."""
+    rows = FrameRows(0, array.shape[1:], array.dtype, folder, name, buffer_rows=8)
+    for frame, row in enumerate(array):
+        rows.put(frame, row)
+    return rows.finish(len(array))
+
+
+def test_a_file_written_while_extracted_is_moved_in_and_recorded_as_an_array_is(tmp_path, monkeypatch):
+    monkeypatch.setattr(frame_rows, "SPILL_BYTES", 1)
+    monkeypatch.setattr(store_module, "FINITE_CHECK_BYTES", 64)  # the file is checked in many small reads
+    store = FeatureStore(tmp_path / "store")
+    features = np.random.default_rng(0).standard_normal((50, 7)).astype(np.float16)
+    mask = (np.arange(50) % 3 > 0).astype(np.uint8)
+    store.write_branch("s0", "face", {"features": features, "mask": mask}, {"v": 1})
+    folder = rows_folder(store.owner_dir("s1"))
+    handle = _written_to_disk(folder, "face", features)
+    store.write_branch("s1", "face", {"features": handle, "mask": mask}, {"v": 1})
+    assert not handle.path.exists() and list(folder.iterdir()) == []  # moved, not copied
+    ours, theirs = store.entry("s1", "face")["arrays"], store.entry("s0", "face")["arrays"]
+    for name in ("features", "mask"):
+        assert {k: v for k, v in ours[name].items() if k != "mtime_ns"} == \
+            {k: v for k, v in theirs[name].items() if k != "mtime_ns"}  # shape, dtype, bytes and sha256
+        assert ours[name]["mtime_ns"] == (store.branch_dir("s1", "face") / f"{name}.npy").stat().st_mtime_ns
+    assert np.array_equal(store.load("s1", "face", "features"), features)
+    assert store.check_branch("s1", "face", deep=True) == []
+
+
+def test_a_file_with_non_finite_values_is_refused_and_left_where_it_was(tmp_path, monkeypatch):
+    monkeypatch.setattr(frame_rows, "SPILL_BYTES", 1)
+    monkeypatch.setattr(store_module, "FINITE_CHECK_BYTES", 64)
+    store = FeatureStore(tmp_path / "store")
+    features = np.ones((40, 5), dtype=np.float16)
+    features[37, 2], features[3, 0] = np.nan, -np.inf  # in the last read and the first
+    handle = _written_to_disk(tmp_path / "rows", "cnn", features)
+    with pytest.raises(StoreIntegrityError, match="session 's1', branch 'cnn'.* 2 NaN/Inf value.*'features'"):
+        store.write_branch("s1", "cnn", {"features": handle, "mask": np.ones(40, np.uint8)}, {"v": 1})
+    assert handle.path.exists() and store.entry("s1", "cnn") is None
+    assert not store.branch_dir("s1", "cnn").exists()
+    wrong = NpyFile(handle.path, (41, 5), np.dtype(np.float16))  # a handle that does not describe its file
+    with pytest.raises(StoreIntegrityError, match="is not a .npy file of shape \\[41, 5\\] and dtype float16"):
+        store.write_branch("s1", "cnn", {"features": wrong}, {"v": 1})
 
 
 def test_manifest_records_size_and_hash_and_verify_checks_them(tmp_path):

@@ -11,8 +11,10 @@ transcript branches, dense or indexed; each one's signature is in SIGNATURES bel
 
 Video and audio run per session in worker processes (one decode feeds face and cnn); text runs in
 the main process; the main process alone writes to the store, one finished branch at a time, so an
-interrupted run keeps everything it completed and a rerun finishes the rest. Each branch's
-signature (extractor, version, its own config, input hashes) decides freshness, so changing one
+interrupted run keeps everything it completed and a rerun finishes the rest. A long session's face and
+CNN rows are written, while computed, into a rows folder in its store folder (store.rows_folder) and come
+back from the worker as NpyFile handles, which write_branch moves into place: neither process holds them.
+Each branch's signature (extractor, version, its own config, input hashes) decides freshness, so changing one
 extractor's config redoes that branch only. Failures are recorded per session and branch in the
 failure report while the other sessions go on. `shard=(i, n)` takes every n-th session from the i-th
 and writes its own failure report and hash cache (FeatureStore.merge_shards joins the shards' files).
@@ -27,6 +29,7 @@ store's failure report lists as failed, which are not retried there.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,10 +44,11 @@ from tqdm import tqdm
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.run import ExtractRunConfig
 from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
+from empathic_fusion.core.files import is_disk_full
 from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.store import (DATASET_KEY, FeatureStore, StoreIntegrityError, StoreReadOnlyError,
-                                            StoreSpaceError)
+                                            StoreSpaceError, rows_folder)
 from empathic_fusion.features.store_lock import ExtractionLock
 from empathic_fusion.features.store_space import check_free_space
 from empathic_fusion.utils.run_output import native_logs_filtered
@@ -249,7 +253,10 @@ assert set(SIGNATURES) == set(BRANCHES), "every registered branch needs a signat
 
 # ---- workers -------------------------------------------------------------------------------------
 def _media_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Worker: extract the media branches (face, cnn, audio) of one session; never raises."""
+    """Worker: extract the media branches (face, cnn, audio) of one session; never raises. A long session's
+    face and CNN features are written to a rows folder in the session's store folder while they are computed
+    ("rows_dir" of the result: the main process removes it once it has written the branches); a disk that
+    runs full there is the result's "disk_full" (the branch and the error), not a failure."""
     from empathic_fusion.features.audio_smile import extract_audio
 
     if job.get("threads"):
@@ -258,6 +265,8 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(int(job["threads"]))  # a share of the run's threads per worker process
     results, failures, warnings = {}, [], []
     sid = job["session_id"]
+    rows_dir = rows_folder(Path(job["owner_dir"]))
+    disk_full = None
 
     def fail(branch: str, error: Exception) -> None:
         failures.append({"session_id": sid, "branch": branch, "error": f"{type(error).__name__}: {error}"})
@@ -292,16 +301,20 @@ def _media_job(job: dict[str, Any]) -> dict[str, Any]:
             with native_logs_filtered():  # MediaPipe/TFLite write C++ log lines straight to stderr
                 results.update(extract_video(Path(job["video"]), job["fps"],
                                              face_cfg=tracker if "face" in video_branches else None,
-                                             cnn_cfg=cnn_cfg, tracker_cfg=tracker))
+                                             cnn_cfg=cnn_cfg, tracker_cfg=tracker, rows_dir=rows_dir))
         except Exception as error:  # noqa: BLE001
-            for branch in video_branches:
-                fail(branch, error)
+            if is_disk_full(error):  # the store's disk: the main process stops the run (StoreSpaceError)
+                disk_full = {"branch": video_branches[0], "error": error}
+            else:
+                for branch in video_branches:
+                    fail(branch, error)
     if "audio" in branches:
         try:
             results["audio"] = extract_audio(Path(job["audio"]), job["fps"], job["audio_cfg"]["feature_set"])
         except Exception as error:  # noqa: BLE001
             fail("audio", error)
-    return {"session_id": sid, "results": results, "failures": failures}
+    return {"session_id": sid, "results": results, "failures": failures, "rows_dir": str(rows_dir),
+            "disk_full": disk_full}
 
 
 def stored_warnings(store: FeatureStore, sid: str, branches: list[str]) -> list[str]:
@@ -578,13 +591,17 @@ def _extract(dataset: EmpathyDataset, store: FeatureStore, plan: _Plan, cfg: dic
         if todo:  # what is left are the media branches, run in worker processes
             openface_csv = _openface_csv(cfg, session_id) if "face" in todo else None
             jobs.append({"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": fps,
+                         "owner_dir": str(store.owner_dir(session_id)),
                          "video": str(session.video), "audio": str(session.audio or session.video),
                          "openface_csv": str(openface_csv) if openface_csv else None,
                          "face_cfg": dict(cfg["face"]), "cnn_cfg": dict(cfg["cnn"]), "audio_cfg": dict(cfg["audio"])})
     if glove_todo:
         _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
     if jobs:
-        _run_media_jobs(jobs, store, workers, progress, report)
+        from empathic_fusion.features.store_space import branch_bytes
+
+        _run_media_jobs(jobs, store, workers, progress, report,
+                        lambda session_id, branch: branch_bytes(dataset, session_id, branch, cfg))
 
 
 def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) -> None:
@@ -660,8 +677,10 @@ def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tupl
         _write(store, report, session_id, "glove", arrays, signature, info, notes)
 
 
-def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool,
-                    report: ExtractionReport) -> None:
+def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool, report: ExtractionReport,
+                    branch_size: Callable[[str, str], int]) -> None:
+    """Run the media jobs (in a pool of `workers` processes when more than one) and write each session's
+    branches as its job finishes; `branch_size` estimates a branch's bytes for a disk that runs full in a job."""
     bar = tqdm(total=len(jobs), unit="session", desc="video+audio", disable=not progress)
     started = time.perf_counter()
     work = [{k: v for k, v in j.items() if k != "signatures"} for j in jobs]
@@ -680,14 +699,22 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
         for result in results:
             sid = result["session_id"]
             counted = False
-            for branch in MEDIA_BRANCHES:
-                if branch not in result["results"]:
-                    continue
-                arrays, info, notes = result["results"][branch]
-                written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info, notes)
-                if written and BRANCHES[branch].modality == "video" and not counted:
-                    report.face_frames += int(info["n_frames"])
-                    counted = True
+            try:
+                if result["disk_full"] is not None:
+                    branch, error = result["disk_full"]["branch"], result["disk_full"]["error"]
+                    shutil.rmtree(result["rows_dir"], ignore_errors=True)  # before the free space is measured
+                    raise store.space_error(sid, branch, branch_size(sid, branch), error,
+                                            "nothing of it was kept") from error
+                for branch in MEDIA_BRANCHES:
+                    if branch not in result["results"]:
+                        continue
+                    arrays, info, notes = result["results"][branch]
+                    written = _write(store, report, sid, branch, arrays, signatures[sid][branch], info, notes)
+                    if written and BRANCHES[branch].modality == "video" and not counted:
+                        report.face_frames += int(info["n_frames"])
+                        counted = True
+            finally:  # what write_branch did not move into place (a failure, a full disk)
+                shutil.rmtree(result["rows_dir"], ignore_errors=True)
             report.failures += result["failures"]
             elapsed = time.perf_counter() - started
             bar.set_postfix_str(f"{report.face_frames / max(elapsed, 1e-9):.0f} frames/s")

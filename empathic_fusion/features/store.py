@@ -19,6 +19,10 @@ one holding the store's extraction lock (`writing`, empathic_fusion/features/sto
 other hosts. A disk that runs full while a branch is written stops with StoreSpaceError naming the
 store, session, branch and the space needed and free; the branch's temporary folder is removed and its
 manifest is left as it was.
+A long session's per-frame rows are written to disk while they are computed (frame_rows.FrameRows), into a
+per-process folder in the session's folder (`.rows.tmp-<pid>-<random>@<host>`, `rows_folder`: the same file
+system, so `write_branch` renames a finished file into the branch's temporary folder instead of writing it
+again); the leftovers of a killed extraction's are removed like those of its temporary branch folders.
 A branch is up to date when its signature (extractor, version, config, input-file hashes) equals
 the one in the manifest and its files pass the integrity check.
 
@@ -44,6 +48,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -57,6 +62,7 @@ import numpy as np
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import (atomic_write_text, canonical_hash, format_bytes, free_bytes, is_disk_full,
                                         respect_umask, sha256_file)
+from empathic_fusion.features.frame_rows import NpyFile
 from empathic_fusion.features.store_lock import HOST, ExtractionLock, pid_alive
 
 log = logging.getLogger(__name__)
@@ -66,8 +72,19 @@ MANIFEST_CHECKSUM = "_checksum"
 FAILURES = "failures"
 HASH_CACHE = "file_hashes"
 _SHARD_FILE = re.compile(r"-shard(\d+)of(\d+)\.json$")
-# a branch's temporary or replaced folder: .<branch>.tmp-<pid>-<random>@<host> or .<branch>.old-<pid>@<host>
+# a branch's temporary or replaced folder: .<branch>.tmp-<pid>-<random>@<host> or .<branch>.old-<pid>@<host>; an
+# extracting process's rows written to disk: .rows.tmp-<pid>-<random>@<host>
 _WRITER = re.compile(r"\.(?:tmp|old)-(?P<pid>\d+)(?:-[^@/]*)?@(?P<host>[^@/]+)$")
+ROWS_FOLDER = ".rows"
+FINITE_CHECK_BYTES = 1 << 22  # a file handed to write_branch is checked for NaN/Inf this many bytes at a time
+
+
+def rows_folder(owner_dir: Path) -> Path:
+    """A folder (not yet created) in an owner's folder for this process's rows of its branches written to
+    disk while they are computed (frame_rows.FrameRows). Named like a temporary branch folder, so a killed
+    process's is removed by the next writer of that owner (FeatureStore._remove_leftovers); the process that
+    made it removes it when its branches are written or have failed."""
+    return Path(owner_dir) / f"{ROWS_FOLDER}.tmp-{os.getpid()}-{secrets.token_hex(4)}@{HOST}"
 
 
 def shard_file(stem: str, shard: tuple[int, int] | None) -> str:
@@ -404,20 +421,25 @@ class FeatureStore:
             held.release()
 
     def _remove_leftovers(self, owner_dir: Path, branch: str) -> None:
-        """Remove the temporary and replaced folders of `branch` that killed writers left: this process's,
-        those of ended processes of this host, and, while this process holds the store's extraction lock
-        (no other writer can be running), any other's. A running writer's folders are never touched."""
-        for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*")]:
+        """Remove the temporary and replaced folders of `branch` and the rows folders (`rows_folder`) that
+        killed writers left: this process's branch folders, those of ended processes of this host, and, while
+        this process holds the store's extraction lock (no other writer can be running), any other's. A
+        running writer's folders are never touched, nor this process's rows folders (in use: their maker
+        removes them)."""
+        rows = [*owner_dir.glob(f"{ROWS_FOLDER}.tmp-*")]
+        for leftover in [*owner_dir.glob(f".{branch}.tmp-*"), *owner_dir.glob(f".{branch}.old-*"), *rows]:
             writer = _WRITER.search(leftover.name)
             if writer is not None and writer["host"] == HOST:
                 pid = int(writer["pid"])
-                ended = pid == os.getpid() or not pid_alive(pid)
+                ended = (pid == os.getpid() and leftover not in rows) or (pid != os.getpid() and not pid_alive(pid))
             else:  # another host's, or named before writers were (no pid, no host)
                 ended = self._lock is not None
             if ended:
                 shutil.rmtree(leftover, ignore_errors=True)
 
-    def _space_error(self, owner: str, branch: str, needed: int, error: OSError, what: str) -> StoreSpaceError:
+    def space_error(self, owner: str, branch: str, needed: int, error: OSError, what: str) -> StoreSpaceError:
+        """StoreSpaceError for a disk that ran full (`error`) while an owner's branch was written: what it
+        needed, what is free, `what` became of it, and what to do."""
         where = f"the dataset-level branch '{branch}'" if owner == DATASET_KEY else f"session '{owner}', branch '{branch}'"
         return StoreSpaceError(
             f"feature store {self.root}: the disk is full: {where} needs "
@@ -425,38 +447,49 @@ class FeatureStore:
             f"{error}); {what} and extraction stopped. Free space on that disk (or set data.store_dir to a larger "
             f"one) and run extract.py again: it keeps every branch already written", owner, branch)
 
-    def write_branch(self, owner: str, branch: str, arrays: dict[str, np.ndarray], signature: dict,
+    def write_branch(self, owner: str, branch: str, arrays: dict[str, np.ndarray | NpyFile], signature: dict,
                      info: dict | None = None) -> None:
         """Atomically replace one branch's arrays, then record them (shape, dtype, size, sha256) in the
-        manifest. Raises StoreIntegrityError, writing nothing, when an array holds NaN or Inf."""
+        manifest. An array may be a finished .npy file (NpyFile: rows written to disk while extracted,
+        frame_rows.py, best in `rows_folder`): it is checked a chunk at a time and moved into the branch, not
+        read into memory; when the branch is not written it stays where it was (its maker removes it), or goes
+        with the branch's temporary folder. Raises StoreIntegrityError, writing nothing, when an array holds
+        NaN or Inf."""
         for name, array in arrays.items():
-            if array.dtype.kind in "fc" and not np.isfinite(array).all():
-                bad = int(array.size - np.isfinite(array).sum())
+            bad = _non_finite(array)
+            if bad:
                 raise StoreIntegrityError(f"session '{owner}', branch '{branch}': the extractor produced {bad} "
                                           f"NaN/Inf value(s) in '{name}'; nothing was written")
         owner_dir = self.owner_dir(owner)
-        needed = sum(np.asarray(array).nbytes + 128 for array in arrays.values())  # .npy headers are 128 bytes
+        needed = sum(np.asarray(array).nbytes if not isinstance(array, NpyFile) else array.nbytes
+                     for array in arrays.values()) + 128 * len(arrays)  # .npy headers are 128 bytes
         try:
             owner_dir.mkdir(parents=True, exist_ok=True)
             self._remove_leftovers(owner_dir, branch)
             tmp = Path(tempfile.mkdtemp(prefix=f".{branch}.tmp-{os.getpid()}-", suffix=f"@{HOST}", dir=owner_dir))
         except OSError as error:
             if is_disk_full(error):
-                raise self._space_error(owner, branch, needed, error, "nothing of it was written") from error
+                raise self.space_error(owner, branch, needed, error, "nothing of it was written") from error
             raise
         respect_umask(tmp, directory=True)
         records = {}
         final = self.branch_dir(owner, branch)
         try:
             for name, array in arrays.items():
-                array = np.ascontiguousarray(array)
-                with open(tmp / f"{name}.npy", "wb") as handle:
-                    np.save(handle, array)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                stat = (tmp / f"{name}.npy").stat()  # a rename keeps size and mtime
-                records[name] = {"shape": list(array.shape), "dtype": str(array.dtype), "bytes": stat.st_size,
-                                 "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(tmp / f"{name}.npy")}
+                path = tmp / f"{name}.npy"
+                if isinstance(array, NpyFile):
+                    _move(array.path, path)
+                    with open(path, "rb") as handle:
+                        os.fsync(handle.fileno())
+                else:
+                    array = np.ascontiguousarray(array)
+                    with open(path, "wb") as handle:
+                        np.save(handle, array)
+                        handle.flush()
+                        os.fsync(handle.fileno())
+                stat = path.stat()  # a rename keeps size and mtime
+                records[name] = {"shape": list(array.shape), "dtype": str(np.dtype(array.dtype)),
+                                 "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_file(path)}
             if final.exists():
                 old = owner_dir / f".{branch}.old-{os.getpid()}@{HOST}"
                 final.rename(old)
@@ -467,7 +500,7 @@ class FeatureStore:
         except OSError as error:
             shutil.rmtree(tmp, ignore_errors=True)  # before the free space is measured for the message
             if is_disk_full(error):
-                raise self._space_error(owner, branch, needed, error, "nothing of it was kept") from error
+                raise self.space_error(owner, branch, needed, error, "nothing of it was kept") from error
             raise
         finally:
             if tmp.exists():
@@ -483,8 +516,8 @@ class FeatureStore:
                 raise
             # the branch's files are in place but unrecorded: removed, so the old record cannot pass for them
             shutil.rmtree(final, ignore_errors=True)
-            raise self._space_error(owner, branch, len(text), error,
-                                    "its manifest was not updated, its files were removed") from error
+            raise self.space_error(owner, branch, len(text), error,
+                                   "its manifest was not updated, its files were removed") from error
         self._manifests.pop(owner, None)
 
     # ---- reading -------------------------------------------------------------------------
@@ -575,6 +608,49 @@ class FeatureStore:
         return canonical_hash({o: {b: None if (o, b) in excluded else (self.entry(o, b) or {}).get("signature")
                                    for b in branches} for o in owners})
 
+
+
+def _non_finite(array: np.ndarray | NpyFile) -> int:
+    """How many NaN/Inf values an array holds; a .npy file's are counted FINITE_CHECK_BYTES at a time (sequential
+    reads: the file's pages are never mapped into the process, where they would count as its memory). A file
+    whose header is not the NpyFile's shape and dtype raises StoreIntegrityError."""
+    if not isinstance(array, NpyFile):
+        if array.dtype.kind not in "fc" or np.isfinite(array).all():
+            return 0
+        return int(array.size - np.isfinite(array).sum())
+    dtype = np.dtype(array.dtype)
+    with open(array.path, "rb") as handle:
+        try:
+            version = np.lib.format.read_magic(handle)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            header = read_header(handle)
+        except ValueError as error:
+            header = error
+        if header != (tuple(array.shape), False, dtype):
+            raise StoreIntegrityError(f"{array.path} is not a .npy file of shape {list(array.shape)} and dtype "
+                                      f"{dtype} ({header})")
+        if dtype.kind not in "fc":
+            return 0
+        bad, left, step = 0, int(np.prod(array.shape, dtype=np.int64)), max(FINITE_CHECK_BYTES // dtype.itemsize, 1)
+        while left:
+            values = np.fromfile(handle, dtype=dtype, count=min(step, left))
+            if not len(values):
+                raise StoreIntegrityError(f"{array.path} is shorter than shape {list(array.shape)} needs")
+            bad += int(len(values) - np.isfinite(values).sum())
+            left -= len(values)
+    return bad
+
+
+def _move(source: Path, target: Path) -> None:
+    """Rename a file; copied (without reading it into memory) and removed when it is on another file system."""
+    try:
+        os.replace(source, target)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        shutil.copyfile(source, target)
+        Path(source).unlink()
 
 
 def _same_entries(recorded: list[dict] | None, failures: list[dict]) -> bool:

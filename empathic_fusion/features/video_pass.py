@@ -11,10 +11,12 @@ ambiguous and frames with the participant's face at the frame's edge (face: face
 stretches longer than MASKED_STRETCH_SECONDS (face: no participant face; cnn: masked, with the reasons of
 cnn_frames.py).
 
-Memory stays bounded for long sessions: each branch's output is allocated once in its stored dtype (float16
-features, uint8 mask) from the header's frame count (grown by doubling when a stream has more frames than
-it declares) and each frame's row is written as it is computed; the CNN's embeddings are brought from the
-device one chunk behind the batches in flight, straight into that array.
+Memory stays bounded for long sessions: each branch's features go, row by row as they are computed and in
+their stored dtype (float16), into a FrameRows (frame_rows.py): one array in memory for a short session, a
+.npy file in `rows_dir` written a buffer at a time for a long one (returned as an NpyFile for the store to
+move into place). The CNN's embeddings are brought from the device one chunk behind the batches in flight
+and written in frame order, each frame that repeats an embedded one (held input, frame_stride) getting its
+row then. What is held per frame for the whole session is a few bytes: masks, the CNN's held frame index.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from empathic_fusion.features.frame_rows import GROWTH_ROWS, FrameRows, NpyFile
 from empathic_fusion.features.media import MediaError, iter_frames, probe_video
 
 _EMBEDDERS: dict[tuple, Any] = {}  # one loaded CNN per worker process and config, reused across sessions
@@ -47,7 +50,6 @@ def cached_embedder(cnn_cfg: dict[str, Any]):
 # (benchmarks/extract.py measures each branch beside its network alone). Held: the chunk's decoded frames
 # (640 x 360: 0.7 MB each; 1080p: 6 MB) and up to as many 224 x 224 CNN inputs (0.15 MB each).
 CHUNK_FRAMES = 16
-COPY_BLOCK = 4096  # CNN rows copied at once to the frames that repeat an embedded frame
 
 
 def _room(array: np.ndarray, row: int, fill: int = 0) -> np.ndarray:
@@ -55,25 +57,29 @@ def _room(array: np.ndarray, row: int, fill: int = 0) -> np.ndarray:
     `row`: a stream with more frames than its header declares (or none declared)."""
     if row < len(array):
         return array
-    grown = np.full((max(2 * len(array), row + 1, CHUNK_FRAMES),) + array.shape[1:], fill, dtype=array.dtype)
+    grown = np.full((max(2 * len(array), row + 1, GROWTH_ROWS),) + array.shape[1:], fill, dtype=array.dtype)
     grown[:len(array)] = array
     return grown
 
 
 class _CnnBuffer:
-    """Collects prepared frames and embeds them batch_size at a time, CHUNK_FRAMES frames at once, into
-    `features` (float16, one row per target frame). The batches of one chunk run (asynchronously on a GPU)
-    while the CPU decodes and tracks the next; they are brought to the CPU when the next chunk is submitted,
-    so the device holds at most two chunks' outputs, not the session's."""
+    """Collects prepared frames and embeds them batch_size at a time, CHUNK_FRAMES frames at once. The batches
+    of one chunk run (asynchronously on a GPU) while the CPU decodes and tracks the next; they are brought to
+    the CPU when the next chunk is submitted, so the device holds at most two chunks' outputs, not the
+    session's. Their rows (the float32 outputs cast to float16) go into `rows` in frame order: each embedded
+    frame's own, then the frames that repeat it (`held`) the same row, until the next embedded frame's."""
 
-    def __init__(self, embedder, n_frames: int):
+    def __init__(self, embedder, rows: FrameRows, n_frames: int):
         self.embedder = embedder
-        self.features = np.zeros((n_frames, embedder.dim), dtype=np.float16)
+        self.rows = rows
+        self.held = np.full(n_frames, -1, dtype=np.int64)  # per target frame: the embedded frame it shows, -1: none
         self.pending: list[np.ndarray] = []
         self.pending_targets: list[int] = []
         self.in_flight: list[tuple[Any, list[int]]] = []  # (a submitted batch's output, its target frames)
         self.count = 0
         self.chunk = max(CHUNK_FRAMES, embedder.batch_size)
+        self.written = 0  # the target frames before this one have their rows in `rows`
+        self.last: np.ndarray | None = None  # the row of the last embedded frame written: the frames after it repeat it
 
     def add(self, target: int, image: np.ndarray) -> None:
         self.pending.append(image)
@@ -81,6 +87,13 @@ class _CnnBuffer:
         self.count += 1
         if len(self.pending) >= self.chunk:
             self.flush()
+
+    def hold(self, target: int, embedded: int) -> None:
+        """Target frame `target` shows embedded frame `embedded` (itself, or an earlier one it repeats; -1: none,
+        masked). Embedded frames only grow from frame to frame: a frame never repeats an earlier one than its
+        predecessor did."""
+        self.held = _room(self.held, target, -1)
+        self.held[target] = embedded
 
     def flush(self) -> None:
         earlier = len(self.in_flight)  # the previous chunk's batches: done while this chunk was decoded
@@ -92,20 +105,32 @@ class _CnnBuffer:
         self.collect(earlier)
 
     def collect(self, batches: int | None = None) -> None:
-        """Wait for the first `batches` in flight (all: None) and write their rows (the float32 outputs cast
-        to float16, as one matrix of the session's outputs was)."""
+        """Wait for the first `batches` in flight (all: None) and write their frames' rows, and those of the
+        frames before each that repeat the embedded frame before it."""
         done, self.in_flight = self.in_flight[:batches], self.in_flight[len(self.in_flight[:batches]):]
         if not done:
             return
-        rows = self.embedder.collect([output for output, _ in done])
-        targets = np.array([t for _, batch in done for t in batch], dtype=np.int64)
-        self.features = _room(self.features, int(targets.max()))
-        self.features[targets] = rows.astype(np.float16)
+        rows = self.embedder.collect([output for output, _ in done]).astype(np.float16)
+        for target, row in zip((t for _, batch in done for t in batch), rows):
+            self._repeat_until(target)
+            self.rows.put(target, row)
+            self.last, self.written = row, target + 1
 
-    def finish(self) -> np.ndarray:
+    def _repeat_until(self, end: int) -> None:
+        """Write the rows of the frames from `written` to `end` that repeat the last embedded frame (the others
+        are masked: zero rows)."""
+        repeats = np.flatnonzero(self.held[self.written:end] >= 0) + self.written
+        if len(repeats):
+            self.rows.put(repeats, self.last)
+        self.written = end
+
+    def finish(self, n_frames: int) -> tuple[np.ndarray | NpyFile, np.ndarray]:
+        """The `n_frames` rows (an array, or the file they were written to) and each frame's embedded frame."""
         self.flush()
         self.collect()
-        return self.features
+        self.held = _room(self.held, n_frames - 1, -1)[:n_frames]
+        self._repeat_until(n_frames)
+        return self.rows.finish(n_frames), self.held
 
 
 # A session's masked stretches longer than this are reported, per branch (face: no participant face; cnn:
@@ -171,8 +196,13 @@ def _stretch_note(what: str, runs: list[tuple[int, int]], fps: float, detail=Non
 
 def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = None,
                   cnn_cfg: dict[str, Any] | None = None, embedder=None, timings: dict[str, float] | None = None,
-                  tracker_cfg: dict[str, Any] | None = None) -> dict[str, tuple[dict, dict, list[str]]]:
+                  tracker_cfg: dict[str, Any] | None = None,
+                  rows_dir: Path | None = None) -> dict[str, tuple[dict, dict, list[str]]]:
     """{"face": ..., "cnn": ...} (each: arrays, info, warnings) for the branches whose config is given.
+
+    rows_dir: where a branch's features go while they are computed when they reach frame_rows.SPILL_BYTES
+    (created then; one file per branch): that branch's "features" is then an NpyFile there, not an array.
+    None: every output is held in memory (callers that do not store, e.g. the app and the benchmarks).
 
     face_cfg: the face mesh's settings (features.face's TRACKER_KEYS) for the face branch. tracker_cfg: the
     mesh's settings when only the CNN needs it (crop `face` or mask_without_face); face_cfg's win.
@@ -204,13 +234,14 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
     cnn_needs_face = embedder is not None and (embedder.crop == "face" or mask_without_face)
     need_tracker = face_cfg is not None or cnn_needs_face
     tracker = FaceMeshTracker(**{**(tracker_cfg or {}), **(face_cfg or {})}) if need_tracker else None
-    buffer = _CnnBuffer(embedder, n_frames) if embedder is not None else None
-    # per target frame, in the stored dtypes: the face branch's features and mask; the CNN's embedded target
-    # frame each repeats (-1: masked) and near-constant images
-    face_features = np.zeros((n_frames if face_cfg is not None else 0, FACE_DIM), dtype=np.float16)
-    face_mask = np.zeros(len(face_features), dtype=np.uint8)
-    held = np.full(n_frames if buffer is not None else 0, -1, dtype=np.int64)
-    is_constant = np.zeros(len(held), dtype=bool)
+    # per target frame, in the stored dtypes: the face branch's features (written as they come) and mask; the
+    # CNN's rows (written in frame order as they come off the device) and near-constant images
+    face_rows = FrameRows(n_frames, (FACE_DIM,), np.float16, rows_dir, "face") if face_cfg is not None else None
+    face_mask = np.zeros(n_frames if face_cfg is not None else 0, dtype=np.uint8)
+    buffer = None
+    if embedder is not None:
+        buffer = _CnnBuffer(embedder, FrameRows(n_frames, (embedder.dim,), np.float16, rows_dir, "cnn"), n_frames)
+    is_constant = np.zeros(n_frames if buffer is not None else 0, dtype=bool)
     outcomes = dict.fromkeys(OUTCOMES, 0)  # target frames per tracker outcome
     multi_face = 0  # target frames with more than one distinct face
     decoded = end = 0  # target frames decoded; one past the last (iter_frames starts a late video after 0)
@@ -251,7 +282,7 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
                 outcomes[outcome] += 1
             if buffer is not None:
                 started = clock()
-                held, is_constant = _room(held, target, -1), _room(is_constant, target)
+                is_constant = _room(is_constant, target)
                 if new_source:
                     constant = min_std > 0 and grey_std(frame) < min_std
                 if constant:
@@ -267,21 +298,32 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
                         spent["cnn_frames"] += 1
                     else:
                         last_embedded = -1
-                if last_embedded >= 0:
-                    held[target] = last_embedded  # -1 (held[] starts so): CNN mask 0
+                buffer.hold(target, last_embedded)  # -1: CNN mask 0
                 spent["cnn"] += clock() - started
             last_source = source
             decoded, end = decoded + 1, target + 1
             if last_row is not None:
-                face_features, face_mask = _room(face_features, target), _room(face_mask, target)
-                face_features[target], face_mask[target] = last_row, 1
+                face_mask = _room(face_mask, target)
+                face_rows.put(target, last_row)
+                face_mask[target] = 1
+        if decoded == 0:
+            raise MediaError(f"no frame of {video} could be decoded")
+        n_frames = max(n_frames, end)
+        if face_rows is not None:
+            face_features = face_rows.finish(n_frames)
+        if buffer is not None:
+            started = clock()
+            cnn_features, held = buffer.finish(n_frames)
+            spent["cnn"] += clock() - started
+    except BaseException:
+        for rows in (face_rows, buffer.rows if buffer is not None else None):
+            if rows is not None:
+                rows.discard()  # closed and removed: nothing half-written is left in rows_dir
+        raise
     finally:
         frames.close()  # its notes about the stream are complete once it is closed
         if tracker is not None:
             tracker.close()
-    if decoded == 0:
-        raise MediaError(f"no frame of {video} could be decoded")
-    n_frames = max(n_frames, end)
     first = end - decoded  # frames before the video's first (it starts late: iter_frames' note) have no picture
     stream_notes = list(decode_notes)
     if end < n_frames:
@@ -296,7 +338,6 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
         base.update(multi_face_frames=multi_face, ambiguous_face_frames=outcomes[AMBIGUOUS],
                     edge_face_frames=outcomes[AT_EDGE])
     if face_cfg is not None:
-        features = _room(face_features, n_frames - 1)[:n_frames]
         mask = _room(face_mask, n_frames - 1)[:n_frames]
         face_frames = int(mask.sum())
         notes = list(stream_notes)
@@ -308,17 +349,9 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
             if runs:
                 notes.append(_stretch_note("no participant face", runs, fps) + "; those frames are masked")
         notes.extend(_face_notes(multi_face, outcomes, n_frames))
-        results["face"] = ({"features": features, "mask": mask}, {**base, "face_frames": face_frames}, notes)
+        results["face"] = ({"features": face_features, "mask": mask}, {**base, "face_frames": face_frames}, notes)
     if buffer is not None:
-        started = clock()
-        features = _room(buffer.finish(), n_frames - 1)[:n_frames]
-        spent["cnn"] += clock() - started
-        held, is_constant = _room(held, n_frames - 1, -1)[:n_frames], _room(is_constant, n_frames - 1)[:n_frames]
-        # frames that repeat an embedded one get its row, a block at a time (no session-sized temporary)
-        repeats = np.flatnonzero((held >= 0) & (held != np.arange(n_frames)))
-        for start in range(0, len(repeats), COPY_BLOCK):
-            rows = repeats[start:start + COPY_BLOCK]
-            features[rows] = features[held[rows]]
+        is_constant = _room(is_constant, n_frames - 1)[:n_frames]
         mask = (held >= 0).astype(np.uint8)
         notes = list(stream_notes)
         runs = _stretches((mask == 0) & pictured, long_run)
@@ -331,7 +364,7 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
                 return ", ".join(parts)
 
             notes.append(_stretch_note("CNN frames masked", runs, fps, reasons) + "; those frames get CNN mask 0")
-        results["cnn"] = ({"features": features, "mask": mask},
+        results["cnn"] = ({"features": cnn_features, "mask": mask},
                           {**base, "embedded_frames": buffer.count, "constant_frames": int(is_constant.sum()),
                            "model": embedder.model_name, "device": embedder.device, "precision": embedder.precision,
                            "batch_size": embedder.batch_size}, notes)
