@@ -119,6 +119,14 @@ def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int] | None:
 
 
 # ---- signatures: what a branch's output depends on ---------------------------------------------
+def signature_difference(stored: dict, expected: dict) -> str:
+    """Which parts of a branch's signature changed, in words."""
+    changed = [f"input '{k}'" for k in sorted(set(stored.get("inputs", {})) | set(expected.get("inputs", {})))
+               if stored.get("inputs", {}).get(k) != expected.get("inputs", {}).get(k)]
+    changed += [part for part in ("extractor", "version", "config") if stored.get(part) != expected.get(part)]
+    return ", ".join(changed) or "signature"
+
+
 def signature_matches(recorded: dict | None, expected: dict) -> bool:
     """Whether a recorded signature is what extraction would record now: equal, or equal but for the
     version of an extractor not installed here (`installed_version`)."""
@@ -475,8 +483,6 @@ def _not_retried(store: FeatureStore, plan: _Plan, report: ExtractionReport) -> 
 
 def _planned_reasons(store: FeatureStore, plan: _Plan, report: ExtractionReport) -> list[str]:
     """Each planned branch with why it has to be written: not extracted, damaged, or stale (what changed)."""
-    from empathic_fusion.features.freshness import signature_difference
-
     damaged = {(d["session_id"], d["branch"]): d["problems"] for d in report.damaged}
     reasons = []
     for owner, todo in plan.todo.items():

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.extract import branch_signature, signature_matches
+from empathic_fusion.features.extract import branch_signature, signature_difference, signature_matches
 from empathic_fusion.features.store import FeatureStore
 
 
 class StaleFeaturesError(UserError, RuntimeError):
     """Stored features that no longer match the dataset or config (or are damaged), with on_stale=error."""
-
-
-def signature_difference(stored: dict, expected: dict) -> str:
-    """Which parts of a branch's signature changed, in words."""
-    changed = [f"input '{k}'" for k in sorted(set(stored.get("inputs", {})) | set(expected.get("inputs", {})))
-               if stored.get("inputs", {}).get(k) != expected.get("inputs", {}).get(k)]
-    changed += [part for part in ("extractor", "version", "config") if stored.get(part) != expected.get(part)]
-    return ", ".join(changed) or "signature"
 
 
 def branch_problem(store: FeatureStore, dataset: EmpathyDataset, sid: str, branch: str, entry: dict,
