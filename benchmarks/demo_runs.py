@@ -236,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     default = done[runs[0]][0]
     body = (f"Test split of the generated demo data (Story Share scenario, {test_split_sentence(default)}), the best "
             f"validation checkpoint of each run; MSE is on the 1-5 rating scale. Each command ran once "
-            f"per seed in its own process ({kernel_environment(run_environment(''))}), and the command as typed "
-            f"(seed {default.seed}) again with other CPU kernels. With this few test ratings one run's r moves a lot with the seed and the "
+            f"per seed in its own process ({kernel_environment(run_environment(''))})"
+            + (f", and the command as typed (seed {default.seed}) again with other CPU kernels" if kernels else "")
+            + f". With this few test ratings one run's r moves a lot with the seed and the "
             f"CPU's kernels; the spread over seeds is what another machine should expect.\n\n"
             + "\n".join(sections)
             + f"\n## Ranges for the reproduction test\n\nRead by tests/test_demo_reproducible.py: a new run of each "
