@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from empathic_fusion.utils import PROJECT_ROOT
+from tests.test_audio_channels import mono_speech
 
 MEDIA = PROJECT_ROOT.parent / "shared" / "data" / "media"
 PEXELS, SINGLE, ARCTIC = MEDIA / "WolfgangLanger_Pexels.mp4", MEDIA / "single_face.mp4", MEDIA / "arctic_a0007.wav"
@@ -22,18 +23,6 @@ pytestmark = pytest.mark.skipif(not all(p.exists() for p in (PEXELS, SINGLE, ARC
 FPS = 15.0
 RATE = 48000
 LATE_S = 2.5
-
-
-def speech_at(rate: int) -> np.ndarray:
-    """The ARCTIC sentence (16 kHz) as float32 mono at `rate` (FFmpeg's resampler, via PyAV)."""
-    import av
-    import soundfile as sf
-
-    samples, source_rate = sf.read(ARCTIC, dtype="float32")
-    frame = av.AudioFrame.from_ndarray(samples[None, :], format="flt", layout="mono")
-    frame.sample_rate = source_rate
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
-    return np.concatenate([o.to_ndarray().reshape(-1) for o in resampler.resample(frame) + resampler.resample(None)])
 
 
 def pexels_with_audio(path: Path, audio: np.ndarray, audio_start_s: float) -> None:
@@ -71,7 +60,7 @@ def test_audio_starting_late_in_its_container_lines_up_with_audio_recorded_from_
     from empathic_fusion.features.audio_smile import extract_audio
     from empathic_fusion.features.media import probe_video
 
-    unit = np.concatenate([speech_at(RATE), np.zeros(RATE, dtype=np.float32)])  # the sentence, a second's pause
+    unit = np.concatenate([mono_speech(RATE), np.zeros(RATE, dtype=np.float32)])  # the sentence, a second's pause
     speech = np.tile(unit, 4)[: int((19.6 - LATE_S) * RATE)]
     clean, late = tmp_path / "clean.mp4", tmp_path / "late.mp4"
     pexels_with_audio(clean, np.concatenate([np.zeros(int(LATE_S * RATE), dtype=np.float32), speech]), 0.0)
@@ -143,7 +132,7 @@ def test_video_starting_after_its_audio_has_no_picture_before_its_first_frame(tm
     from empathic_fusion.features.video_pass import extract_video
 
     video = tmp_path / "camera_late.mp4"
-    count = face_video(video, 4.0, np.tile(speech_at(RATE), 2))  # 8 s of audio from 0
+    count = face_video(video, 4.0, np.tile(mono_speech(RATE), 2))  # 8 s of audio from 0
     info = probe_video(video)
     late = 60  # 4 s at 15 fps
     assert info.start == pytest.approx(4.0) and info.frames_at(FPS) == late + count // 2
