@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
-RESULTS=docs/results/gpu   # GPU results, beside the CPU ones in docs/results (not remade by make results)
+RESULTS=${GPU_CHECK_RESULTS:-docs/results/gpu}   # GPU results, beside the CPU ones in docs/results (not remade by make results)
 LOGS=logs/gpu_check
 WORK=${GPU_CHECK_WORK:-/tmp/empathic_gpu_check}
 mkdir -p "$LOGS" "$WORK"
@@ -40,7 +40,9 @@ fi
 mkdir -p "$RESULTS"
 
 # GPU_CHECK_PARTS picks parts (default all): tests train text mmsa steps grid; GPU_CHECK_TEXT adds overrides to
-# the text sweep (e.g. a reduced recipe when time is short: the report shows the command)
+# the text sweep (e.g. a reduced recipe when time is short: the report shows the command) and GPU_CHECK_TEXT_LIMIT
+# sets its time limit (default 320 s: on one H100 beside the GPU tests, 3 folds at once ended their first inner
+# fine-tuning after 100 s and each next one 26 s later, and a limit of 170 s stopped them in the third of 5); GPU_CHECK_RESULTS writes the results elsewhere (a partial rerun beside a full one)
 PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid} "
 SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
 wanted() { [[ "$PARTS" == *" $1 "* ]]; }
@@ -64,7 +66,7 @@ part() {
   echo "- machine: $($PY -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "| torch", torch.__version__, "| CUDA", torch.version.cuda)') | $(nproc) CPU cores | Python $($PY -c 'import platform; print(platform.python_version())')"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- commit: $($PY -c 'import sys; sys.path.insert(0, "benchmarks"); from results import commit; print(commit())')"
-  echo "- command: \`bash benchmarks/gpu_check.sh\`"; echo
+  echo "- command: \`$(env | grep -E '^GPU_CHECK_(PARTS|TEXT|TEXT_LIMIT|DEVICE)=' | sort | sed -E 's/=(.*)/="\1"/' | tr '\n' ' ')bash benchmarks/gpu_check.sh\`"; echo
   echo "| part | outcome | seconds |"; echo "|---|---|---|"
 } > "$LOGS/header.md"
 
@@ -80,7 +82,7 @@ wanted tests && part pytest_gpu 170 $PY -m pytest -q -m gpu -n 3 -p no:cacheprov
 TABLE=$PWD/.gpu_pack/text/EmpatheticExchanges_5ES.csv; [ -f "$TABLE" ] || TABLE=$PWD/../shared/data/empathetic_exchanges/EmpatheticExchanges_5ES.csv
 SWEEP_DIR=$LOGS/text_finetune_sweep
 echo "train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER hydra/launcher=shared_device $SWEEP" > "$LOGS/text_command.txt"
-wanted text && part text_finetune_sweep 170 $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
+wanted text && part text_finetune_sweep ${GPU_CHECK_TEXT_LIMIT:-320} $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
   data.path=$TABLE hydra/launcher=shared_device $SWEEP model.robustness.n_texts=0 logger=csv \
   hydra.sweep.dir=$SWEEP_DIR &
 if wanted train; then

@@ -1,5 +1,6 @@
 """docs/results/gpu/gpu_check.md from the logs of benchmarks/gpu_check.sh: the results header (machine,
-commit, date, load, command), each part's outcome and seconds, the GPU tests' summary, the test tables of
+commit, date, load, command; the GPU machine's own lines from header.md when the logs have it, so the
+report can be written again from fetched logs anywhere), each part's outcome and seconds, the GPU tests' summary, the test tables of
 train.py on the GPU with where its frame arrays were, the fine-tuned text recipe's fold sweep (per fold the
 seconds, the model's and every baseline's r, and the sweep's own table) and what could not run there.
 
@@ -68,13 +69,14 @@ def fold_rows(sweep: Path) -> list[str]:
     return rows
 
 
-def text_section(sweep: Path) -> list[str]:
+def text_section(sweep: Path, beside: list[str]) -> list[str]:
     command = (sweep.parent / "text_command.txt").read_text().strip() if (sweep.parent / "text_command.txt").is_file() \
         else "train.py -m experiment=text_empathetic_exchanges_finetune"
+    company = f" beside {' and '.join(beside)} (so the seconds per fold overlap)" if beside else \
+        " and nothing else on it (the seconds per fold overlap each other)"
     lines = ["## The fine-tuned text recipe: a fold sweep of EmpatheticExchanges", "",
-             f"`{' '.join(command.split())}`: conversation-grouped folds of 5, the folds at once on the GPU beside "
-             "the GPU tests and train.py (so the seconds per fold overlap); rating-level r of the model and of every "
-             "baseline fitted on the same training rows.", ""]
+             f"`{' '.join(command.split())}`: conversation-grouped folds of 5, the folds at once on the GPU{company}; "
+             "rating-level r of the model and of every baseline fitted on the same training rows.", ""]
     if not sweep.is_dir():
         return lines + ["The sweep did not start.", ""]
     lines += fold_rows(sweep)
@@ -90,19 +92,33 @@ def text_section(sweep: Path) -> list[str]:
     return lines + [""]
 
 
+def _head(logs: Path) -> str:
+    """The GPU machine's header lines (header.md, written there by gpu_check.sh) or, without them, this
+    machine's (the report then runs where the check ran)."""
+    written = logs / "header.md"
+    if written.is_file():
+        return "\n".join(line for line in written.read_text().splitlines() if not line.startswith("|")).strip()
+    return re.sub(r"- command: `[^`]*`", "- command: `bash benchmarks/gpu_check.sh`", header("GPU check"))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__)
         return 2
     logs, out = Path(argv[0]), Path(argv[1])
     parts = (logs / "summary.md").read_text().strip() if (logs / "summary.md").is_file() else ""
-    head = re.sub(r"- command: `[^`]*`", "- command: `bash benchmarks/gpu_check.sh`", header("GPU check"))
-    lines = [head, "", "| part | outcome | seconds |", "|---|---|---|", parts, "",
-             "## GPU tests (`pytest -m gpu`)", "", "```", _tail(logs / "pytest_gpu.log", 12), "```", "",
-             *train_section(logs, "train_lf_lstm", "train.py trainer=gpu (LF-LSTM, video + audio + text, as the demo)"),
-             *train_section(logs, "train_tfn_v+t", "train.py trainer=gpu model=tfn modality=v+t"),
-             *text_section(logs / "text_finetune_sweep"),
-             "## Not run here", "", f"- {NOT_RUN}", ""]
+    ran = re.findall(r"^\| (\S+) \|", parts, re.M)
+    lines = [_head(logs), "", "| part | outcome | seconds |", "|---|---|---|", parts, ""]
+    if "pytest_gpu" in ran:
+        lines += ["## GPU tests (`pytest -m gpu`)", "", "```", _tail(logs / "pytest_gpu.log", 12), "```", ""]
+    if "train_lf_lstm" in ran:
+        lines += train_section(logs, "train_lf_lstm", "train.py trainer=gpu (LF-LSTM, video + audio + text, as the demo)")
+    if "train_tfn_v+t" in ran:
+        lines += train_section(logs, "train_tfn_v+t", "train.py trainer=gpu model=tfn modality=v+t")
+    if "text_finetune_sweep" in ran:
+        beside = [name for part, name in (("pytest_gpu", "the GPU tests"), ("train_lf_lstm", "train.py")) if part in ran]
+        lines += text_section(logs / "text_finetune_sweep", beside)
+    lines += ["## Not run here", "", f"- {NOT_RUN}", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(portable("\n".join(lines)))
     print(out.read_text())
