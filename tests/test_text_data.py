@@ -122,3 +122,23 @@ def test_baselines_on_planted_signal():
     assert spearmanr(tuned[:, 0], y[test, 0])[0] > 0.6
     empty = baselines.tfidf_ridge({"text": [""] * 240}, y, train, test)  # no vocabulary: the training mean
     assert np.allclose(empty, y[train].mean(0))
+
+
+def test_a_utf16_table_from_excel_reads_as_its_utf8_copy_and_latin1_is_refused_with_line_and_byte(tmp_path):
+    """Excel's "Unicode text" and "CSV UTF-8" exports read alike (pandas alone read neither UTF-16 nor the BOM
+    as text); Latin-1 stops with the table, line and byte instead of a UnicodeDecodeError traceback."""
+    from empathic_fusion.text.data import TextTableError
+
+    table = pd.DataFrame({"text": ["I hear you.", "Ça va mieux, merci"], "empathy": [4.0, 2.5]})
+    utf8 = tmp_path / "table.csv"
+    table.to_csv(utf8, index=False)
+    unicode_text = tmp_path / "unicode.tsv"
+    unicode_text.write_bytes(table.to_csv(sep="\t", index=False).encode("utf-16"))  # with its byte-order mark
+    with_bom = tmp_path / "bom.csv"
+    with_bom.write_bytes(table.to_csv(index=False).encode("utf-8-sig"))
+    for path in (unicode_text, with_bom):
+        pd.testing.assert_frame_equal(read_table(path), read_table(utf8))
+    latin1 = tmp_path / "latin1.csv"
+    latin1.write_bytes(table.to_csv(index=False).encode("latin-1"))
+    with pytest.raises(TextTableError, match=r"latin1\.csv, line 3: is not UTF-8: byte 2 of the line is 0xc7"):
+        read_table(latin1)

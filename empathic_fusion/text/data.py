@@ -13,6 +13,7 @@ Rows with a missing label are an error (named by line); missing texts become "".
 """
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import pandas as pd
 
 from empathic_fusion.config.inputs import missing_data_hint
 from empathic_fusion.core.errors import MissingFileError, UserError
+from empathic_fusion.dataset.contract import EncodingProblem, decode_text
 from empathic_fusion.datamodules.splits import group_folds, group_holdout
 
 PREVIOUS_TURNS = "previous_turns"
@@ -82,16 +84,22 @@ class TextTableError(UserError, ValueError):
 
 def read_table(path: str | Path, source: str | None = None) -> pd.DataFrame:
     """CSV, TSV or JSON lines, by suffix; a missing table names data.path= and where the data comes from
-    (`source`, the data config's)."""
+    (`source`, the data config's). Text is read as the dataset contract reads its tables: UTF-8, or the
+    encoding a byte-order mark names (Excel's "Unicode text" is UTF-16 with one); any other encoding stops
+    with the table, line and byte."""
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"text table {path} does not exist{missing_data_hint('data.path', source)}")
+    try:
+        text = io.StringIO(decode_text(path.read_bytes()))
+    except EncodingProblem as problem:
+        raise TextTableError(f"text table {path}, line {problem.line}: {problem.message}") from None
     suffix = path.suffix.lower()
     if suffix in {".jsonl", ".ndjson"}:
-        return pd.read_json(path, lines=True)
+        return pd.read_json(text, lines=True)
     if suffix == ".json":
-        return pd.read_json(path)
-    return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        return pd.read_json(text)
+    return pd.read_csv(text, sep="\t" if suffix == ".tsv" else ",")
 
 
 def validate(table: pd.DataFrame, spec: TextTableSpec, source: str = "table") -> None:
