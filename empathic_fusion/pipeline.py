@@ -189,7 +189,7 @@ def evaluate_summary(cfg: DictConfig) -> str:
     """What evaluate.py prints last: the run folder, the tables it wrote (test_metrics.md, or a sweep's
     paper tables in out_dir) and the plots."""
     run_dir = Path(cfg.paths.output_dir)
-    out = Path(cfg.out_dir) if cfg.sweep_dir and cfg.out_dir else run_dir
+    out = Path(cfg.out_dir) if cfg.out_dir else run_dir  # the run's folder itself, unless hydra.run.dir was set too
     tables = sorted(out.glob("*.md"), key=lambda p: (p.name != RESULTS_TABLE, p.name))
     return what_now([("run folder", shown(run_dir)), ("results", ", ".join(shown(t) for t in tables) or None),
                      ("plots", plot_list(out, None if out == run_dir else shown(out)))])

@@ -100,11 +100,13 @@ def test_each_input_problem_is_named_and_what_is_not_an_input_is_skipped(tmp_pat
     assert input_problems(cfg, ["seed"]) == ["data.dataset_dir=missing: no such folder"]
 
 
-def test_predict_out_dir_is_the_run_folder(tmp_path):
-    cfg = compose_config([f"out_dir={tmp_path / 'out'}"], tmp_path, "predict")
+@pytest.mark.parametrize("task,extra", [("predict", []), ("evaluate", ["sweep_dir=/x/sweep"])])
+def test_out_dir_is_the_run_folder(task, extra, tmp_path):
+    """predict's and evaluate's out_dir= is the run's folder: no second, empty one under logs/<task>/runs/."""
+    cfg = compose_config([f"out_dir={tmp_path / 'out'}", *extra], tmp_path, task)
     assert cfg.hydra.run.dir == str(tmp_path / "out")
-    default = compose_config([], tmp_path, "predict").hydra.run.dir
-    assert re.fullmatch(re.escape(f"{PROJECT_ROOT}/logs/predict/runs/") + r"[\d_-]+", default)
+    default = compose_config(extra, tmp_path, task).hydra.run.dir
+    assert re.fullmatch(re.escape(f"{PROJECT_ROOT}/logs/{task}/runs/") + r"[\d_-]+", default)
 
 
 def test_averaging_windows_per_rating_raises_no_warning_about_read_only_arrays():

@@ -97,7 +97,7 @@ class EvaluateRunConfig(EntryPointConfig):
     task_name: str = "evaluate"
     ckpt_path: Optional[str] = None              # one checkpoint (fusion or text) ...
     sweep_dir: Optional[str] = None              # ... or one sweep directory
-    out_dir: Optional[str] = None                # where sweep tables go (null = this run's output folder)
+    out_dir: Optional[str] = None                # the run's folder: its tables and plots (null = logs/evaluate/runs/<time>)
     split: str = "test"                          # test | val
     test_csv: Optional[str] = None               # text checkpoint: score every row of this table (same columns)
     tables: SweepTablesConfig = field(default_factory=SweepTablesConfig)
