@@ -74,3 +74,19 @@ def test_a_checkpoint_without_the_header_is_refused_with_the_fix(runs, tmp_path)
     torch.save(checkpoint, tmp_path / "old.ckpt")
     with pytest.raises(ValueError, match="no 'empathic_fusion' header.*retrain"):
         load_module(tmp_path / "old.ckpt")
+
+
+
+def test_lightnings_note_on_the_modules_batch_transfer_hook_is_not_shown_to_users():
+    """The module's transfer_batch_to_device serves every datamodule on purpose; Lightning's UserWarning about
+    it (printed on every train.py run before) is not shown once the module is imported, other warnings are."""
+    import subprocess
+    import sys
+
+    code = ("import empathic_fusion.models.base; from lightning.pytorch.utilities.rank_zero import rank_zero_warn; "
+            "rank_zero_warn('You have overridden `transfer_batch_to_device` in `LightningModule` but have passed in a"
+            " `LightningDataModule`. It will use the implementation from `LightningModule` instance.'); "
+            "rank_zero_warn('another note')")
+    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "another note" in done.stderr and "transfer_batch_to_device" not in done.stderr

@@ -19,6 +19,7 @@ owns
 """
 from __future__ import annotations
 
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ from empathic_fusion.core.registry import registered_name
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.evaluation.groups import check_attributes
 from empathic_fusion.utils.loggers import git_commit
+
+# The module's transfer_batch_to_device below is meant to serve every datamodule (ours keep the default hook);
+# Lightning says so on every run that passes a datamodule, which only alarms users.
+warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device` in `LightningModule` but "
+                        r"have passed in a `LightningDataModule`", category=UserWarning)
 
 STAGES = ("train", "val", "test")
 HEADER_KEY = "empathic_fusion"
