@@ -55,6 +55,11 @@ KERNEL_VARIANTS = {
 LEVELS = ("window", "rating")
 METRICS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE"}
 SUMMARY_START = "<!-- demo-ranges -->"
+# A new run (another seed, another CPU, features extracted with other threads) is expected within the mean
+# ± this many sample sd of every recorded run's per-rating r, seeds and kernel variants together: each is a
+# small perturbation of one training, and the extremes of a handful of runs are no bound (a new draw falls
+# outside the min-max of n earlier ones with probability 2 / (n + 1)).
+EXPECTED_SDS = 3.0
 # Written into a run folder when its run finished: the command and its seconds (to resume a benchmark).
 FINISHED = "demo_run.json"
 
@@ -120,6 +125,13 @@ def spread(values: list[float]) -> dict[str, float]:
             "min": min(values), "max": max(values)}
 
 
+def expected_range(runs: list[DemoRun]) -> dict[str, float]:
+    """Where a new run's per-rating r is expected: mean ± EXPECTED_SDS sample sd over every run given."""
+    every = spread([r.rating_r for r in runs])
+    return {"low": every["mean"] - EXPECTED_SDS * every["sd"], "high": every["mean"] + EXPECTED_SDS * every["sd"],
+            "mean": every["mean"], "sd": every["sd"], "runs": len(runs)}
+
+
 def seed_table(runs: list[DemoRun], default: DemoRun) -> str:
     """Every metric at both levels over the seeds: mean ± sd, min, max, and the default-seed run."""
     lines = [f"| level | metric | mean ± sd over {len(runs)} seeds | min | max | seed {default.seed} (as typed) |",
@@ -163,9 +175,13 @@ def section(run: str, runs: list[DemoRun], first_fills_store: bool, extra: list[
     seeds = sorted(r.seed for r in own)
     rating = spread([r.rating_r for r in own])
     table = (default.folder / "test_metrics.md").read_text().strip()
+    expected = expected_range(runs)
     text = (f"## {RUNS[run][0]}\n\n`{shown_command(run, extra=extra)}` with `seed=N` for N in "
             f"{', '.join(map(str, seeds))}:\n\n{seed_table(own, default)}\n\n"
             f"{kernel_sentence(default, variants, rating['sd'])}\n"
+            f"Over all {expected['runs']} runs (seeds and kernels), per-rating r {expected['mean']:.3f} ± "
+            f"{expected['sd']:.3f}: a new run, on any CPU, is expected within {EXPECTED_SDS:g} sd of the mean, "
+            f"[{expected['low']:.3f}, {expected['high']:.3f}].\n\n"
             f"Every run:\n\n{runs_table(runs, first_fills_store)}\n\n"
             f"One run, the test table `{shown_command(run, extra=extra)}` prints (seed {default.seed}, this "
             f"machine's kernels):\n\n{table}\n")
@@ -173,7 +189,7 @@ def section(run: str, runs: list[DemoRun], first_fills_store: bool, extra: list[
                **{f"{level}_pearson": {**spread([r.metrics[level]["pearson"] for r in own]),
                                        "default_seed": default.metrics[level]["pearson"]} for level in LEVELS},
                "kernels": {v.kernels: {"capability": v.capability, "rating_pearson": v.rating_r} for v in variants},
-               "capability": default.capability}
+               "capability": default.capability, "expected_rating_pearson": expected_range(runs)}
     return text, summary
 
 
@@ -238,11 +254,12 @@ def main(argv: list[str] | None = None) -> int:
             f"validation checkpoint of each run; MSE is on the 1-5 rating scale. Each command ran once "
             f"per seed in its own process ({kernel_environment(run_environment(''))})"
             + (f", and the command as typed (seed {default.seed}) again with other CPU kernels" if kernels else "")
-            + f". With this few test ratings one run's r moves a lot with the seed and the "
-            f"CPU's kernels; the spread over seeds is what another machine should expect.\n\n"
+            + f". One run's r moves with the seed, the CPU's kernels and the threads its features were "
+            f"extracted with; the spread over seeds and kernels is what another machine should expect.\n\n"
             + "\n".join(sections)
             + f"\n## Ranges for the reproduction test\n\nRead by tests/test_demo_reproducible.py: a new run of each "
-              f"command (seed {default.seed}) must give a per-rating r within [min, max] over the seeds.\n\n"
+              f"command (seed {default.seed}) must give a per-rating r within `expected_rating_pearson`, the mean ± "
+              f"{EXPECTED_SDS:g} sd over every run above (seeds and kernels).\n\n"
             + f"{SUMMARY_START}\n```json\n{json.dumps(_rounded(summary), indent=1)}\n```\n")
     print("\n" + portable(body))
     write_results(args, "Demo training runs over seeds and CPU kernels", body)
