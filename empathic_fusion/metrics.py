@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import warnings
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-import torch
 from scipy.stats import rankdata
 from sklearn.metrics import cohen_kappa_score, f1_score
+
+if TYPE_CHECKING:  # torch is imported where a function needs it: tables and sweeps load without it
+    import torch
 
 METRIC_NAMES = ("pearson", "spearman", "accuracy", "f1", "mse")  # the paper's five, in its column order
 EXTRA_METRIC_NAMES = ("mae", "ccc")
@@ -34,6 +38,13 @@ LEVEL_METRIC_NAMES = ("macro_f1", "qwk")  # on integer levels (level_metrics)
 PAPER_SYMBOLS = {"pearson": "r", "spearman": "rho", "accuracy": "Acc", "f1": "F1", "mse": "MSE",
                  "mae": "MAE", "ccc": "CCC", "macro_f1": "macro-F1", "qwk": "QWK"}
 LOWER_IS_BETTER = frozenset({"mse", "mae"})
+
+
+def _as_float64(values) -> np.ndarray:
+    """A flat float64 array of a tensor (on any device) or of anything numpy reads."""
+    if hasattr(values, "detach"):  # a torch tensor
+        values = values.detach().flatten().double().cpu().numpy()
+    return np.asarray(values, dtype=np.float64).reshape(-1)
 
 
 def _warn_degenerate(pred: np.ndarray, target: np.ndarray, true_class: np.ndarray) -> None:
@@ -82,7 +93,7 @@ def metric_values(pred: np.ndarray, target: np.ndarray, threshold: float = 0.0,
 def model_loss(pred: torch.Tensor | np.ndarray, target: torch.Tensor | np.ndarray) -> float:
     """MSE on the scale the model predicts (a fusion model's cosine scale): its training objective, reported
     as `loss` beside the rating-scale metrics (`{stage}/loss` is the same quantity per batch)."""
-    pred, target = (torch.as_tensor(v).detach().flatten().double().cpu().numpy() for v in (pred, target))
+    pred, target = _as_float64(pred), _as_float64(target)
     return float(np.mean((pred - target) ** 2)) if len(pred) else float("nan")
 
 
@@ -94,8 +105,8 @@ def empathy_metrics(pred: torch.Tensor, target: torch.Tensor, threshold: float =
     `threshold` binarises the truth (and the prediction unless `pred_threshold` is given, e.g. a
     cutoff chosen on validation with `choose_threshold`). Degenerate cases are warned about.
     """
-    pred = torch.as_tensor(pred).detach().flatten().double().cpu().numpy()
-    target = torch.as_tensor(target).detach().flatten().double().cpu().numpy()
+    pred = _as_float64(pred)
+    target = _as_float64(target)
     if len(pred) != len(target):
         raise ValueError(f"predictions and targets differ in length: {len(pred)} vs {len(target)}")
     if len(pred) == 0:
@@ -149,8 +160,8 @@ def choose_threshold(val_pred: torch.Tensor, val_target: torch.Tensor, threshold
     Use the returned value as `pred_threshold` on test. Falls back to `threshold` (with a warning)
     when validation has one class only.
     """
-    pred = torch.as_tensor(val_pred).detach().flatten().double().cpu().numpy()
-    truth = torch.as_tensor(val_target).detach().flatten().double().cpu().numpy() > threshold
+    pred = _as_float64(val_pred)
+    truth = _as_float64(val_target) > threshold
     if len(pred) == 0 or truth.all() or not truth.any():
         warnings.warn("choose_threshold: validation has a single class; keeping the fixed threshold", stacklevel=2)
         return float(threshold)
@@ -170,6 +181,8 @@ def choose_threshold(val_pred: torch.Tensor, val_target: torch.Tensor, threshold
 def aggregate_by_rating(pred: torch.Tensor, target: torch.Tensor,
                         rating_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean prediction over each rating's windows, with that rating's target and index."""
+    import torch
+
     ids, inverse = torch.unique(rating_index, return_inverse=True)
     counts = torch.zeros(len(ids)).index_add_(0, inverse, torch.ones(len(inverse)))
     mean_pred = torch.zeros(len(ids)).index_add_(0, inverse, pred.float()) / counts

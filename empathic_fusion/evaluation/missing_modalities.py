@@ -38,6 +38,7 @@ import torch
 from empathic_fusion.datamodules.missing import drop_frames_block, drop_frames_random, remove_modalities
 from empathic_fusion.evaluation.plots import log_figure, save_figure
 from empathic_fusion.evaluation.report import predict_split
+from empathic_fusion.evaluation.tables import NO_REFERENCE  # noqa: F401  (re-exported: its tables' cell)
 from empathic_fusion.metrics import empathy_metrics
 
 KINDS = ("none", "random", "block", "removed")
@@ -92,7 +93,6 @@ def _transformed(loader: Iterable, condition: Condition, modalities: Sequence[st
         yield batch if condition.kind == "none" else condition.apply(batch, modalities, generator)
 
 
-NO_REFERENCE = "n/a (r(none) ≤ 0)"  # a ratio over r with nothing missing that is not above 0
 
 
 def relative_cell(value: float, r_none: float, decimals: int = 3) -> str:

@@ -23,8 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.core.errors import MissingFileError
-from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE
-from empathic_fusion.evaluation.tables import aggregate_runs, model_display_name, write_tables
+from empathic_fusion.evaluation.tables import NO_REFERENCE, aggregate_runs, model_display_name, write_tables
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,8 @@ import pandas as pd
 
 from empathic_fusion.metrics import LOWER_IS_BETTER, METRIC_NAMES, PAPER_SYMBOLS
 
+NO_REFERENCE = "n/a (r(none) ≤ 0)"  # a ratio over r with nothing missing that is not above 0
+
 # Rows in the paper's order; unknown models and modality subsets follow alphabetically.
 MODEL_DISPLAY = {"AMER": "AMER", "TFN": "TFN", "EFLSTM": "EF-LSTM", "LFLSTM": "LF-LSTM",
                  "StorySimilarity": "Story similarity (SBERT)", "MeanBaseline": "Train mean"}

@@ -35,9 +35,10 @@ from empathic_fusion.evaluation.groups import check_attributes
 from empathic_fusion.utils.loggers import git_commit
 
 # The module's transfer_batch_to_device below is meant to serve every datamodule (ours keep the default hook);
-# Lightning says so on every run that passes a datamodule, which only alarms users.
-warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device` in `LightningModule` but "
-                        r"have passed in a `LightningDataModule`", category=UserWarning)
+# Lightning says so on every run that passes a datamodule, which only alarms users. Filtered when a module is
+# made (not at import: a caller's warnings.catch_warnings, as pytest's around collection, would drop it).
+TRANSFER_NOTE = (r"You have overridden `transfer_batch_to_device` in `LightningModule` but have passed in a "
+                 r"`LightningDataModule`")
 
 STAGES = ("train", "val", "test")
 HEADER_KEY = "empathic_fusion"
@@ -64,6 +65,7 @@ class EmpathyLightningModule(L.LightningModule):
     def __init__(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None, data_info: dict[str, Any],
                  run_config: dict[str, Any]):
         super().__init__()
+        warnings.filterwarnings("ignore", message=TRANSFER_NOTE, category=UserWarning)  # one entry however many modules
         self.optimizer_cfg = dict(optimizer)
         self.scheduler_cfg = dict(scheduler) if scheduler else None
         self.data_info = dict(data_info)
