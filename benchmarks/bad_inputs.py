@@ -108,6 +108,21 @@ def write_audio(path: Path, samples: np.ndarray, rate: int, layout: str) -> None
         container.mux(stream.encode(None))
 
 
+def mux_mono_audio(container, stream, samples: np.ndarray, rate: int, start_s: float) -> None:
+    """Mono samples encoded into `stream` of an open PyAV output `container`, 1024 at a time, the first at
+    start_s on the container's clock (a later start is the gap a muxer writes as an edit list or offset)."""
+    import av
+
+    samples = samples.astype(np.float32)
+    first = int(round(start_s * rate))
+    for start in range(0, len(samples), 1024):
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[None, start:start + 1024]), format="flt",
+                                           layout="mono")
+        frame.sample_rate, frame.pts, frame.time_base = rate, first + start, Fraction(1, rate)
+        container.mux(stream.encode(frame))
+    container.mux(stream.encode(None))
+
+
 def encode_with_audio(path: Path, frames: list[np.ndarray], times: list[float], speech: np.ndarray, rate: int,
                       audio_start_s: float) -> None:
     """An mp4 (MPEG-4 video, AAC mono audio) whose audio stream starts at audio_start_s on the container's
@@ -125,14 +140,7 @@ def encode_with_audio(path: Path, frames: list[np.ndarray], times: list[float], 
             frame.pts, frame.time_base = int(round(when * 24000)), Fraction(1, 24000)
             container.mux(video.encode(frame))
         container.mux(video.encode(None))
-        samples = speech.astype(np.float32)
-        first = int(round(audio_start_s * rate))
-        for start in range(0, len(samples), 1024):
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(samples[None, start:start + 1024]), format="flt",
-                                               layout="mono")
-            frame.sample_rate, frame.pts, frame.time_base = rate, first + start, Fraction(1, rate)
-            container.mux(audio.encode(frame))
-        container.mux(audio.encode(None))
+        mux_mono_audio(container, audio, speech, rate, audio_start_s)
 
 
 def write_mulaw(path: Path, samples: np.ndarray, rate: int) -> None:

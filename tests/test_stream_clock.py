@@ -7,6 +7,7 @@ shifts nothing and is not reported. Media are made with PyAV from the real recor
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import pytest
 
 from empathic_fusion.utils import PROJECT_ROOT
 from tests.test_audio_channels import mono_speech
+
+sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
+from bad_inputs import mux_mono_audio  # noqa: E402  (the benchmark's writer of a late audio track)
 
 MEDIA = PROJECT_ROOT.parent / "shared" / "data" / "media"
 PEXELS, SINGLE, ARCTIC = MEDIA / "WolfgangLanger_Pexels.mp4", MEDIA / "single_face.mp4", MEDIA / "arctic_a0007.wav"
@@ -38,13 +42,7 @@ def pexels_with_audio(path: Path, audio: np.ndarray, audio_start_s: float) -> No
             if packet.dts is not None:
                 packet.stream = video
                 container.mux(packet)
-        first = int(round(audio_start_s * RATE))
-        for start in range(0, len(audio), 1024):
-            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio[None, start:start + 1024]), format="flt",
-                                               layout="mono")
-            frame.sample_rate, frame.pts, frame.time_base = RATE, first + start, Fraction(1, RATE)
-            container.mux(sound.encode(frame))
-        container.mux(sound.encode(None))
+        mux_mono_audio(container, sound, audio, RATE, audio_start_s)
 
 
 def audio_start(path: Path) -> float:
