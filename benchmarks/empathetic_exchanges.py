@@ -1,21 +1,32 @@
-"""EmpatheticExchanges benchmark: the text model against every baseline it reports (TF-IDF + ridge,
-ridge on frozen embeddings, training mean) under conversation-grouped 5-fold CV: r, rho, MSE, QWK
-and macro-F1 as mean ± std over folds, whether the model wins on r, rho and QWK and on how many
-folds, the stack weights of its experts, and the time per fold. With `--finetune`, the GPU recipe
-(experiment=text_empathetic_exchanges_finetune: the default stack plus a cross-fitted fine-tuned
-encoder expert) runs on the same folds and is printed beside the CPU default and the baselines,
-with the fine-tuning time per fold and, where its settings differ from the recipe's (fewer layers
-or folds on a CPU), what was run instead.
+"""EmpatheticExchanges benchmark: the text recipes side by side on the same conversation-grouped folds,
+against every baseline they report (TF-IDF + ridge, ridge on frozen embeddings, training mean): r, rho,
+MSE, QWK and macro-F1 as mean ± std over folds, whether each recipe wins on r, rho and QWK and on how
+many folds, the stack weights and held-out r of its experts, and the time per fold.
+
+The recipes (`--recipes`, default all but the GPU one):
+- default: the CPU default (conf/model/text_regressor.yaml): TF-IDF ridge and representation experts,
+  a ridge per field on the last 1, 2 and 4 layers' pooled MiniLM vectors, weighed by the stack;
+- constant: the earlier CPU default, one embedding ridge per field on the last layer alone;
+- mpnet: the CPU default over all-mpnet-base-v2 (`empathic-encoders install mpnet`; its row says so
+  when it is not installed);
+- finetune: the GPU recipe (experiment=text_empathetic_exchanges_finetune: the default stack plus a
+  cross-fitted fine-tuned encoder expert). With `--finetune` it runs on the same folds (on a CPU with
+  reduced settings, `--finetune-overrides`, which its label then says); without, its row is marked
+  unmeasured.
+The time of the default against the constant recipe is their median seconds per fold (the first fold
+also encodes the table), and the cold encoding of the table's first texts with and without the kept
+layers, side by side.
 
     python benchmarks/empathetic_exchanges.py [hydra overrides for every recipe]
+    python benchmarks/empathetic_exchanges.py --recipes default,constant
     python benchmarks/empathetic_exchanges.py --finetune trainer=gpu                      # on a GPU
     python benchmarks/empathetic_exchanges.py --finetune \
         --finetune-overrides "model.net.experts.2.trainable_layers=1 model.net.experts.2.epochs=1"  # on a CPU
 
 Reads ../shared/data/empathetic_exchanges (never copied into the repo); exits 0 with a message when
-it is absent. Frozen all-MiniLM-L6-v2 embeddings are cached in data/features/text_cache, so a rerun
-only trains the heads. The runs go to logs/benchmarks/empathetic_exchanges/<time>/<recipe>/<fold>;
-the tables to docs/results/empathetic_exchanges.md, or with `--finetune`
+it is absent. Frozen embeddings are cached in data/features/text_cache, so a rerun only trains the
+heads. The runs go to logs/benchmarks/empathetic_exchanges/<time>/<recipe>/<fold>; the tables to
+docs/results/empathetic_exchanges.md, or with `--finetune`
 docs/results/empathetic_exchanges_finetune_<cpu|gpu>.md (`--out` elsewhere, `--no-write` to print only).
 """
 from __future__ import annotations
@@ -45,12 +56,20 @@ from results import RESULTS_DIR, Measures, add_output_arguments, quiet_machine_g
 
 DEFAULT = "experiment=text_empathetic_exchanges"
 FINETUNE = "experiment=text_empathetic_exchanges_finetune"
-RECIPES = {"default": "CPU default (frozen stack)", "finetune": "GPU recipe (stack + fine-tuned encoder)"}
+RECIPES = {"default": "CPU default (representation experts)", "constant": "earlier CPU default (last layer only)",
+           "mpnet": "CPU default on all-mpnet-base-v2", "finetune": "GPU recipe (stack + fine-tuned encoder)"}
+RECIPE_OVERRIDES = {"default": [], "constant": ["model.net.experts.1.layers=null"],
+                    "mpnet": ["model.net.encoder.model_path=mpnet"]}
+DISPLAY = ("constant", "default", "mpnet", "finetune")  # each recipe is compared with those above it
+ENCODING_TEXTS = 2000  # texts encoded cold for the side-by-side encoding time
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every recipe's runs")
+    parser.add_argument("--recipes", default="default,constant,mpnet",
+                        help=f"comma-separated, from {', '.join(r for r in RECIPES if r != 'finetune')} "
+                             "(the default recipe always runs: the baselines come from its runs)")
     parser.add_argument("--finetune", action="store_true",
                         help="also run the GPU recipe (experiment=text_empathetic_exchanges_finetune) on the same folds")
     parser.add_argument("--finetune-overrides", default="",
@@ -60,6 +79,8 @@ def main(argv: list[str]) -> int:
                              "the folds that finished there are read, not trained again")
     parser.add_argument("--jobs", type=int, default=1,
                         help="folds trained at once, one process each (seconds per fold then overlap)")
+    parser.add_argument("--no-second-table", action="store_true",
+                        help="skip the check of the default against the constant recipe on the synthetic table")
     add_output_arguments(parser, "empathetic_exchanges")
     args = parser.parse_args(argv)
     quiet_machine_guard(args, Measures.ACCURACY)
@@ -68,9 +89,20 @@ def main(argv: list[str]) -> int:
     if experiment == FINETUNE:
         parser.error(f"{FINETUNE} runs with --finetune, beside the CPU default")
     common = [o for o in args.overrides if o != experiment]
-    recipes = {"default": [experiment, *common]}
+    chosen = ["default", *[r.strip() for r in args.recipes.split(",") if r.strip() not in ("", "default")]]
+    unknown = [r for r in chosen if r not in RECIPE_OVERRIDES]
+    if unknown:
+        parser.error(f"--recipes: unknown {unknown}; known: {', '.join(RECIPE_OVERRIDES)}")
+    unmeasured = {}
+    if "mpnet" in chosen and not mpnet_installed():
+        chosen.remove("mpnet")
+        unmeasured["mpnet"] = "not installed here (`empathic-encoders install mpnet`)"
+    recipes = {name: [experiment, *common, *RECIPE_OVERRIDES[name]] for name in chosen}
     if args.finetune:
         recipes["finetune"] = [FINETUNE, *common, *shlex.split(args.finetune_overrides)]
+    else:
+        unmeasured["finetune"] = ("unmeasured: it fine-tunes the encoder 6 times per fold, meant for a GPU; "
+                                  "`--finetune trainer=gpu` on one fills this row")
     configs = {name: compose_train(overrides) for name, overrides in recipes.items()}
     base = configs["default"]
     data_path = Path(base.data.path)
@@ -84,6 +116,7 @@ def main(argv: list[str]) -> int:
     start = time.time()
     changed = experiment != DEFAULT or bool(common)  # the recipes are not as shipped: say so in every label
     labels = {name: label + (" with the command's overrides" if changed else "") for name, label in RECIPES.items()}
+    encoding = encoding_seconds(base) if "constant" in recipes else None
     folds: dict[str, list[dict]] = {}
     seconds: dict[str, list[float]] = {}
     sweep_tables = []
@@ -100,12 +133,87 @@ def main(argv: list[str]) -> int:
             "every recipe and baseline fitted on the same training rows, mean ± std over folds.\n\n")
     if args.finetune:
         body += finetune_settings(configs["finetune"], device) + "\n\n"
-    body += summary_table(folds, seconds, device, labels) + "\n\n" + "\n".join(sweep_tables)
+    body += summary_table(folds, seconds, device, labels, {labels[k]: v for k, v in unmeasured.items()})
+    body += "\n\n" + time_comparison(seconds, labels, encoding) + "\n\n" + "\n".join(sweep_tables)
+    if "constant" in recipes and not args.no_second_table:
+        body += "\n" + second_table(out_dir / "synthetic", common, args.jobs)
     print("\n" + body)
-    title = "EmpatheticExchanges: text model against its baselines"
+    title = "EmpatheticExchanges: text recipes against their baselines"
     write_results(args, title + (f", with the GPU recipe ({device.upper()})" if args.finetune else ""), body)
     print(f"results in {out_dir} ({time.time() - start:.0f} s)")
     return 0
+
+
+SYNTHETIC = {"writers": 150, "turns": 4, "seed": 0}
+
+
+def second_table(out_dir: Path, common: list[str], jobs: int) -> str:
+    """The default against the constant recipe on a second table, the generated one of
+    empathic_fusion/text/synthetic.py (one text field, three labels from planted phrases, 5 folds
+    grouped by writer): the representation experts must not hurt where words carry the signal."""
+    from empathic_fusion.text.synthetic import make_text_table
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = out_dir / "table.csv"
+    make_text_table(SYNTHETIC["writers"], SYNTHETIC["turns"], seed=SYNTHETIC["seed"]).to_csv(table, index=False)
+    data = ["model=text_regressor", "modality=t", "data=text_csv", f"data.path={table}", "data.text_columns=[text]",
+            "data.label_columns=[cognitive,emotional,behavioral]", "data.group_column=writer", "data.cv_folds=5",
+            "data.name=synthetic", "trainer.max_epochs=30"]
+    folds, seconds = {}, {}
+    for name in ("default", "constant"):
+        seconds[name] = run_folds([*data, *common, *RECIPE_OVERRIDES[name]], list(range(5)), out_dir / name, jobs)
+        folds[name] = [json.loads((out_dir / name / str(k) / "test_metrics.json").read_text()) for k in range(5)]
+    rows = SYNTHETIC["writers"] * SYNTHETIC["turns"]
+    return (f"A second table: the generated one of empathic_fusion/text/synthetic.py ({SYNTHETIC['writers']} writers x "
+            f"{SYNTHETIC['turns']} turns = {rows} rows, seed {SYNTHETIC['seed']}; one text field, the mean of three "
+            "labels driven by planted phrases), 5 folds grouped by writer, the same two recipes:\n\n"
+            + summary_table(folds, seconds, "cpu", RECIPES) + "\n")
+
+
+def mpnet_installed() -> bool:
+    from empathic_fusion.core.errors import MissingFileError
+    from empathic_fusion.core.sentence_encoder import resolve_model_path
+
+    try:
+        resolve_model_path("mpnet")
+    except MissingFileError:
+        return False
+    return True
+
+
+def encoding_seconds(cfg) -> dict[str, float]:
+    """Seconds to encode the table's first ENCODING_TEXTS distinct texts with an empty cache: the
+    embeddings alone (the constant recipe) and with the last 4 layers kept (the default), side by side."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    datamodule = hydra.utils.instantiate(cfg.data, modalities=["text"], features=None)
+    datamodule.setup("fit")
+    texts = list(dict.fromkeys(datamodule.all_texts()))[:ENCODING_TEXTS]
+    out = {"texts": float(len(texts))}
+    for name, layers in (("embeddings alone", 0), ("with the last 4 layers kept", 4)):
+        encoder = hydra.utils.instantiate({**OmegaConf.to_container(cfg.model.net.encoder, resolve=True), "cache_dir": None})
+        if layers:
+            encoder.keep_layers(layers)
+        start = time.perf_counter()
+        encoder.warm(texts)
+        out[name] = time.perf_counter() - start
+    return out
+
+
+def time_comparison(seconds: dict[str, list[float]], labels: dict[str, str], encoding: dict[str, float] | None) -> str:
+    """The default recipe's time against the constant one's: median seconds per fold and their ratio,
+    and the cold encoding side by side."""
+    if "constant" not in seconds:
+        return ""
+    new, old = float(np.median(seconds["default"])), float(np.median(seconds["constant"]))
+    text = (f"Time: {labels['default']} {new:.0f} s per fold against {labels['constant']} {old:.0f} s "
+            f"(median over folds): {new / old:.2f}x.")
+    if encoding:
+        plain, kept = encoding["embeddings alone"], encoding["with the last 4 layers kept"]
+        text += (f" Encoding {encoding['texts']:.0f} texts with an empty cache, one pass each: {plain:.1f} s for the "
+                 f"embeddings alone, {kept:.1f} s with the last 4 layers kept ({kept / plain:.2f}x).")
+    return text
 
 
 # Written into a fold's folder when it finished: its overrides and seconds (to resume a benchmark).
@@ -186,12 +294,15 @@ WON_ON = ("pearson", "spearman", "qwk")
 
 
 def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]], device: str = "cpu",
-                  labels: dict[str, str] | None = None) -> str:
+                  labels: dict[str, str] | None = None, unmeasured: dict[str, str] | None = None) -> str:
     """Every recipe's model and the baselines (from the default recipe's runs; every recipe fits the
-    same ones on the same rows), mean ± std over folds; per recipe and baseline whether the model wins
-    on the means of r, rho and QWK and on how many folds; the experts' stack weights; seconds per fold."""
+    same ones on the same rows), mean ± std over folds, and a row per recipe not run (`unmeasured`:
+    label -> why); per recipe, against each recipe above it (DISPLAY order) and each baseline, whether
+    it wins on the means of r, rho and QWK and on how many folds; the experts' stack weights; seconds
+    per fold."""
     default = folds["default"]
     labels = labels or RECIPES
+    folds = {name: folds[name] for name in DISPLAY if name in folds}
     rows = {labels[name]: [f["model"]["rating"] for f in runs] for name, runs in folds.items()}
     rows.update({name: [f["baselines"][name]["rating"] for f in default] for name in default[0]["baselines"]})
     mean = {row: {m: float(np.mean([v[m] for v in values])) for m in METRICS} for row, values in rows.items()}
@@ -199,7 +310,10 @@ def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]],
     for row, values in rows.items():
         cells = [f"{mean[row][m]:.3f} ± {np.std([v[m] for v in values], ddof=1):.3f}" for m in METRICS]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    for row, why in (unmeasured or {}).items():
+        lines.append(f"| {row} | " + " | ".join(["unmeasured"] * len(METRICS)) + " |")
     lines.append("")
+    lines += [f"{row}: {why}" for row, why in (unmeasured or {}).items()]
     models = [labels[name] for name in folds]
     for model in models:
         for other in rows:
@@ -213,7 +327,7 @@ def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]],
                          "fit seconds): " + "; ".join(
                              f"{expert} {np.mean([s[expert]['weight'] for s in stacks]):.2f}; "
                              f"{np.mean([s[expert]['held_out_r'] for s in stacks]):.3f}; "
-                             f"{np.mean([s[expert].get('fit_seconds', np.nan) for s in stacks]):.0f}"
+                             f"{np.mean([s[expert].get('fit_seconds', np.nan) for s in stacks]):.1f}"
                              for expert in stacks[0]))
         lines.append(f"{labels[name]}, seconds per fold ({device.upper()}): "
                      + ", ".join(f"{s:.0f}" for s in seconds[name]))

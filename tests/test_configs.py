@@ -69,10 +69,10 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     assert isinstance(module, TextEmpathyModule)
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
     n_fields, labels = len(dm.spec.fields), len(dm.spec.label_columns)
-    # TF-IDF ridge + one embedding ridge per field (+ the fine-tuned encoder expert), one score per label each
+    # TF-IDF ridge + an embedding ridge per field and layer set (+ the fine-tuned encoder expert), a score per label each
     finetuned = override in ("model=text_finetune", "experiment=text_empathetic_exchanges_finetune")
-    n_experts = 1 + n_fields + finetuned
-    assert model["net"]["head_input"] == "expert_scores" and module.encoder.frozen
+    n_experts = 1 + n_fields * 3 + finetuned
+    assert model["net"]["head_input"] == "expert_scores" and module.encoder.frozen and module.net.layer_sets == (1, 2, 4)
     assert len(module.net.experts) == n_experts and module.net.head[1].in_features == labels * n_experts
     if finetuned:  # the base encoder and seed of the run, every field
         expert = module.net.experts[-1]

@@ -133,3 +133,38 @@ def test_the_multilingual_encoder_is_packaged_and_reads_whole_texts():
     assert encoder.check_languages({"text": [german, "Das muss wirklich schwer für dich gewesen sein."]}) == []
     with pytest.raises(ValueError, match="cannot be fine-tuned"):
         SentenceEncoder(MULTILINGUAL, trainable_layers=1)
+
+
+def test_layer_sets_come_from_the_embeddings_pass_equal_pool_layers_and_persist(tmp_path):
+    """Layer set k is the mean of the last k layers' pooled vectors: set 1 is the embedding itself
+    (bit for bit), set 3 is `pool_layers: 3` up to float rounding (pooling is linear), long texts
+    included. Embedding and layers come from one forward pass, and a new encoder over the same
+    cache folder encodes nothing."""
+    texts = SHORT + [LONG]
+    encoder = SentenceEncoder(max_length=128, pooling="mean", normalize=False, cache_dir=str(tmp_path))
+    calls = []
+    encoder.model.register_forward_hook(lambda *_: calls.append(1))
+    encoder.keep_layers(3)
+    embeddings = encoder.encode(texts)
+    passes = len(calls)
+    sets = encoder.layer_embeddings(texts, (1, 3))
+    assert len(calls) == passes and sets.shape == (len(texts), 2, encoder.dim)  # nothing encoded again
+    np.testing.assert_array_equal(sets[:, 0], embeddings)
+    pooled_3 = SentenceEncoder(max_length=128, pooling="mean", normalize=False, pool_layers=3).encode(texts)
+    np.testing.assert_allclose(sets[:, 1], pooled_3, atol=1e-5)
+    assert np.abs(sets[:, 1] - sets[:, 0]).max() > 0.05  # a different representation
+    encoder.save_cache()
+    reread = SentenceEncoder(max_length=128, pooling="mean", normalize=False, cache_dir=str(tmp_path))
+    reread.model.register_forward_hook(lambda *_: calls.append(1))
+    before = len(calls)
+    np.testing.assert_array_equal(reread.layer_embeddings(texts, (1, 3)), sets)
+    assert len(calls) == before
+
+
+def test_layer_sets_are_normalised_as_the_recipe_says_and_refused_beyond_the_model():
+    normalised = SentenceEncoder(max_length=128, pooling="mean", normalize=True)
+    sets = normalised.layer_embeddings(SHORT[:2], (1, 2))
+    np.testing.assert_allclose(np.linalg.norm(sets, axis=-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(sets[:, 0], normalised.encode(SHORT[:2]), atol=1e-6)
+    with pytest.raises(ValueError, match="cannot keep its last 7 layers.*6 layers"):
+        normalised.keep_layers(7)

@@ -126,13 +126,18 @@ def test_embedding_expert_equals_a_standard_scaler_ridge_pipeline_under_grouped_
     y = (x[:, 0] - 0.5 * x[:, 4] + rng.normal(size=200))[:, None]
     groups = [f"g{i // 4}" for i in range(200)]
     expert = EmbeddingRidgeExpert(per_field=False)
-    held_out = expert.fit({"texts": {"text": [""] * 200}, "embeddings": torch.from_numpy(x)}, y, groups)
+    batch = {"texts": {"text": [""] * 200}, "embeddings": torch.from_numpy(x)}
+    held_out = expert.fit(batch, y, groups)
     cv = GroupKFold(n_splits=5)
     reference = {a: cross_val_predict(make_pipeline(StandardScaler(), Ridge(alpha=a)), x, y, groups=groups,
                                       cv=cv).reshape(-1, 1) for a in RIDGE_ALPHAS}
     best = min(RIDGE_ALPHAS, key=lambda a: mean_squared_error(y, reference[a]))
     assert expert.alpha == best
     assert np.allclose(held_out, reference[best], atol=1e-4)
+    # every penalty's held-out predictions (one SVD per fold) equal scikit-learn's solve per penalty
+    path = expert._dense_path(batch, y.astype(np.float64), list(cv.split(x, y, groups)), {})
+    for k, alpha in enumerate(RIDGE_ALPHAS):
+        assert np.allclose(path[k], reference[alpha], atol=1e-4), alpha
 
 
 def test_tfidf_expert_equals_a_tfidf_ridge_pipeline_under_grouped_folds():
@@ -252,3 +257,37 @@ def test_fine_tuned_expert_fits_and_scores_on_a_gpu_in_bf16():
     assert np.corrcoef(held_out[:, 0], target[:, 0])[0, 1] > 0.8
     scores = expert({"texts": {"text": KIND[:1] + FLAT[:1]}, "persona_ids": torch.zeros(2, 0, device="cuda")})
     assert scores.device.type == "cuda" and scores[0, 0] > scores[1, 0]
+
+
+def test_layer_experts_expand_per_field_and_set_within_the_encoders_layers():
+    experts = EmbeddingRidgeExpert(layers=[1, 2, 4]).expand(["reply", "turn"], 4, encoder_layers=6)
+    assert [(e.field, e.layers, e.columns) for e in experts] == [
+        ("reply", 1, (0, 4)), ("reply", 2, (0, 4)), ("reply", 4, (0, 4)),
+        ("turn", 1, (4, 8)), ("turn", 2, (4, 8)), ("turn", 4, (4, 8))]
+    assert experts[1].label == "embedding ridge (reply, last 2 layers)" and experts[1].layer_sets == (2,)
+    assert [e.layers for e in EmbeddingRidgeExpert(layers=[1, 2, 4]).expand(["reply"], 4, encoder_layers=2)] == [1, 2]
+    # an encoder without transformer layers (the multilingual one): its embeddings, one ridge per field
+    plain = EmbeddingRidgeExpert(layers=[1, 2, 4]).expand(["reply", "turn"], 4, encoder_layers=None)
+    assert [(e.field, e.layers) for e in plain] == [("reply", None), ("turn", None)] and plain[0].layer_sets == ()
+    with pytest.raises(ValueError, match="layer counts >= 1"):
+        EmbeddingRidgeExpert(layers=[0, 2])
+
+
+def test_the_stack_weighs_the_layer_set_that_carries_the_signal():
+    """Three representations of one field, the target in the middle one: its expert has the held-out r,
+    the stack gives it the weight, and a batch without that set is refused with what it lacks."""
+    rng = np.random.default_rng(11)
+    n, dim = 300, 6
+    sets = {k: rng.normal(size=(n, dim)).astype(np.float32) for k in (1, 2, 4)}
+    y = (sets[2][:, 0] - sets[2][:, 3] + 0.3 * rng.normal(size=n)).astype(np.float32)[:, None]
+    batch = {"texts": {"text": [""] * n}, "embeddings": torch.from_numpy(sets[1]),
+             "layer_embeddings": {k: torch.from_numpy(x) for k, x in sets.items()}}
+    experts = EmbeddingRidgeExpert(layers=[1, 2, 4]).expand(["text"], dim, encoder_layers=6)
+    groups = [f"g{i // 3}" for i in range(n)]
+    held_out = np.stack([e.fit(batch, y, groups) for e in experts], axis=-1)
+    r = [np.corrcoef(held_out[:, 0, k], y[:, 0])[0, 1] for k in range(3)]
+    assert r[1] > 0.9 and max(abs(r[0]), abs(r[2])) < 0.3
+    weights, _ = stack_weights(held_out, y)
+    assert weights[0, 1] > 0.9 and weights[0, 1] > 5 * max(weights[0, 0], weights[0, 2])
+    with pytest.raises(ValueError, match=r"last 2 layers.*lacks.*\[1, 4\]"):
+        experts[1]({**batch, "layer_embeddings": {1: sets[1], 4: sets[4]}})

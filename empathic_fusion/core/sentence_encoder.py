@@ -9,6 +9,10 @@ models set theirs in conf/model (window 128, mean pooling, no normalisation).
 
 `pool_layers: k` > 1 averages the token states of the last k layers before pooling (an option; the
 default pools the last layer, which is what sentence-transformers models are trained for).
+`layer_embeddings(texts, layer_sets)` gives, for each k of `layer_sets`, the mean of the last k layers'
+pooled vectors (the same as `pool_layers: k`, up to float rounding, since pooling is linear): the
+representation experts of the text models read several such sets. Every layer kept (`keep_layers`)
+comes from the one forward pass that makes the embedding, and is cached beside it.
 
 Long texts are never cut: a text longer than the window is embedded as overlapping token chunks
 (`chunk_stride` content tokens apart, default half the window) and the chunks' pooled vectors are
@@ -40,6 +44,7 @@ from torch import nn
 
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
 from empathic_fusion.core.errors import MissingFileError
+from empathic_fusion.core.packaged_encoders import installed_path, is_packaged
 from empathic_fusion.core.registry import register_model
 
 log = logging.getLogger(__name__)
@@ -76,10 +81,12 @@ def _multilingual_root() -> Path:
 
 
 def resolve_model_path(model_path: str | None) -> Path:
-    """The local encoder folder: the given one, the multilingual package's, or the packaged
-    all-MiniLM-L6-v2 (never a hub name)."""
+    """The local encoder folder: the given one, the multilingual package's, an installed packaged
+    encoder's (`mpnet`: core/packaged_encoders.py), or the packaged all-MiniLM-L6-v2 (never a hub name)."""
     if is_multilingual(model_path):
         return _multilingual_root()
+    if is_packaged(model_path):
+        return installed_path(model_path)
     if model_path:
         path = Path(model_path)
     else:
@@ -191,6 +198,8 @@ def encoder_name(model_path: str | None = None) -> str:
         return PACKAGED_MODEL
     if is_multilingual(model_path):
         return MULTILINGUAL
+    if is_packaged(model_path):
+        return resolve_model_path(model_path).name
     try:  # the packaged folder given by its path (as checkpoints record it)
         if Path(model_path).resolve() == resolve_model_path(None).resolve():
             return PACKAGED_MODEL
@@ -217,7 +226,8 @@ class SentenceEncoder(nn.Module):
                  device: str = "cpu"):
         super().__init__()
         path = resolve_model_path(model_path)
-        self.model_path = MULTILINGUAL if is_multilingual(model_path) else str(path)
+        # a named encoder keeps its name (checkpoints then load wherever it is installed), a folder its path
+        self.model_path = model_path if is_multilingual(model_path) or is_packaged(model_path) else str(path)
         self.batch_size = int(batch_size)
         self.trainable_layers = int(trainable_layers)
         self.identity = encoder_identity(model_path, max_length=max_length, pooling=pooling, normalize=normalize,
@@ -228,6 +238,9 @@ class SentenceEncoder(nn.Module):
         self._cache: dict[str, np.ndarray] = {}
         self.cache_file = Path(cache_dir) / f"{self.identity}.npz" if cache_dir and self.frozen else None
         self._disk_count = 0
+        self.kept_layers = 0  # the last k layers' pooled vectors cached per text (keep_layers)
+        self._layer_cache: dict[str, np.ndarray] = {}
+        self._layer_disk_count = 0
         if self.cache_file is not None and self.cache_file.exists():
             stored = np.load(self.cache_file)
             self._cache = dict(zip(stored["keys"].tolist(), stored["values"]))
@@ -280,6 +293,35 @@ class SentenceEncoder(nn.Module):
         return self._device_marker.device
 
     @property
+    def layer_count(self) -> int | None:
+        """Transformer layers of the model (None: the multilingual encoder, which has none to pool)."""
+        return int(self.model.config.num_hidden_layers) if self.model is not None else None
+
+    @property
+    def layer_cache_file(self) -> Path | None:
+        if self.cache_file is None or not self.kept_layers:
+            return None
+        return self.cache_file.with_name(f"{self.identity}.last{self.kept_layers}.npz")
+
+    def keep_layers(self, k: int) -> None:
+        """Cache the pooled vectors of the last k layers of every text encoded from now on (frozen
+        encoders; a larger k than kept so far starts a new cache, read from disk when there)."""
+        k = int(k)
+        if k <= self.kept_layers:
+            return
+        if not self.frozen:
+            raise ValueError("layer embeddings come from a frozen encoder (trainable_layers: 0)")
+        if self.layer_count is None or not 1 <= k <= self.layer_count:
+            raise ValueError(f"text encoder {self.name}: cannot keep its last {k} layers "
+                             f"(it has {self.layer_count or 'no transformer'} layers)")
+        self.kept_layers = k
+        self._layer_cache, self._layer_disk_count = {}, 0
+        if self.layer_cache_file is not None and self.layer_cache_file.exists():
+            stored = np.load(self.layer_cache_file)
+            self._layer_cache = dict(zip(stored["keys"].tolist(), stored["values"]))
+            self._layer_disk_count = len(self._layer_cache)
+
+    @property
     def frozen(self) -> bool:
         return self.trainable_layers == 0
 
@@ -312,54 +354,94 @@ class SentenceEncoder(nn.Module):
         ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         return np.array([len(i) for i in ids], dtype=np.int64)
 
-    def _encode(self, texts: list[str]) -> torch.Tensor:
+    def _encode(self, texts: list[str], layers: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Pooled vectors of the texts: each text's chunks (one for a text within the window) pooled by
         mean over non-padding tokens (the sentence-transformers recipe) or the first token (`cls`), then
-        the chunks' token-weighted mean; L2-normalised when the recipe says so."""
+        the chunks' token-weighted mean; L2-normalised when the recipe says so. With `layers` = k > 0
+        also the last k layers' pooled vectors, unnormalised (texts x k x dim, the last layer last),
+        from the same forward pass."""
         device = self.device
         if self.model is None:  # the multilingual encoder: numpy, whole texts
-            return torch.from_numpy(self._use.encode(list(texts))).to(device)
+            return torch.from_numpy(self._use.encode(list(texts))).to(device), None
         content = self.max_length - 2
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
                                return_overflowing_tokens=True, stride=content - self.chunk_stride,
                                return_tensors="pt")
         owner = batch.pop("overflow_to_sample_mapping").to(device)
         batch = {k: v.to(device) for k, v in batch.items()}
-        if self.pool_layers > 1:  # the mean of the last k layers' token states
-            hidden = torch.stack(self.model(**batch, output_hidden_states=True).hidden_states[-self.pool_layers:]).mean(0)
+        if self.pool_layers > 1 or layers:
+            states = self.model(**batch, output_hidden_states=True).hidden_states
+            # the mean of the last k layers' token states
+            hidden = torch.stack(states[-self.pool_layers:]).mean(0) if self.pool_layers > 1 else states[-1]
         else:
-            hidden = self.model(**batch).last_hidden_state
+            states, hidden = (), self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        if self.pooling == "cls":
-            chunks = hidden[:, 0]
-        else:
-            chunks = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        weights = None
         if len(owner) != len(texts):  # some text had several chunks: token-weighted mean per text
             tokens = mask.sum(1).squeeze(-1)
             weights = torch.zeros(len(texts), len(owner), dtype=hidden.dtype, device=device)
             weights[owner, torch.arange(len(owner), device=device)] = tokens
-            chunks = (weights / weights.sum(1, keepdim=True)) @ chunks
+            weights = weights / weights.sum(1, keepdim=True)
+        vectors = self._pool(hidden, mask, weights)
         if self.normalize:
-            chunks = nn.functional.normalize(chunks, p=2, dim=1)
-        return chunks
+            vectors = nn.functional.normalize(vectors, p=2, dim=1)
+        if not layers:
+            return vectors, None
+        return vectors, torch.stack([self._pool(state, mask, weights) for state in states[-layers:]], dim=1)
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """Each chunk pooled (mean over its tokens, or its first token), then each text's chunks averaged."""
+        if self.pooling == "cls":
+            chunks = hidden[:, 0]
+        else:
+            chunks = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        return chunks if weights is None else weights @ chunks
 
     def forward(self, texts: list[str]) -> torch.Tensor:
         if not self.frozen:
-            return self._encode([t if t else "" for t in texts])
+            return self._encode([t if t else "" for t in texts])[0]
+        self._fill_cache(texts)
+        return torch.from_numpy(np.stack([self._cache[_text_key(t)] for t in texts])).to(self.device)
+
+    def _fill_cache(self, texts: list[str]) -> None:
+        """Encode the texts missing from the cache (or, with kept layers, from the layer cache) in one
+        pass each; an embedding cached already is kept as it was."""
+        layers = self.kept_layers
         keys = [_text_key(t) for t in texts]
         # batches of similar length pad little (as sentence-transformers' encode sorts); ties in hash order
-        missing = sorted(sorted({k: t for k, t in zip(keys, texts) if k not in self._cache}.items()),
+        missing = sorted(sorted({k: t for k, t in zip(keys, texts)
+                                 if k not in self._cache or (layers and k not in self._layer_cache)}.items()),
                          key=lambda item: len(item[1]))
-        if missing:
-            was_training = self.training
-            self.eval()
-            with torch.no_grad():
-                for start in range(0, len(missing), self.batch_size):
-                    chunk = missing[start:start + self.batch_size]
-                    vectors = self._encode([t for _, t in chunk]).float().cpu().numpy()
-                    self._cache.update({k: v for (k, _), v in zip(chunk, vectors)})
-            self.train(was_training)
-        return torch.from_numpy(np.stack([self._cache[k] for k in keys])).to(self.device)
+        if not missing:
+            return
+        was_training = self.training
+        self.eval()
+        with torch.no_grad():
+            for start in range(0, len(missing), self.batch_size):
+                chunk = missing[start:start + self.batch_size]
+                vectors, per_layer = self._encode([t for _, t in chunk], layers)
+                vectors = vectors.float().cpu().numpy()
+                for j, (k, _) in enumerate(chunk):
+                    self._cache.setdefault(k, vectors[j])
+                if per_layer is not None:
+                    per_layer = per_layer.float().cpu().numpy()
+                    for j, (k, _) in enumerate(chunk):
+                        self._layer_cache.setdefault(k, per_layer[j])
+        self.train(was_training)
+
+    def layer_embeddings(self, texts: list[str], layer_sets: tuple[int, ...]) -> np.ndarray:
+        """For each k of `layer_sets`, the mean of the last k layers' pooled vectors of each text
+        (texts x sets x dim, float32; L2-normalised when the recipe says so), from the layer cache."""
+        if not layer_sets:
+            return np.zeros((len(texts), 0, self.dim), dtype=np.float32)
+        self.keep_layers(max(layer_sets))
+        self._fill_cache(list(texts))
+        kept = np.stack([self._layer_cache[_text_key(t)] for t in texts]) if texts else \
+            np.zeros((0, self.kept_layers, self.dim), dtype=np.float32)
+        sets = torch.from_numpy(np.stack([kept[:, -k:].mean(1) for k in layer_sets], axis=1))
+        if self.normalize:
+            sets = nn.functional.normalize(sets, p=2, dim=-1)
+        return sets.numpy().astype(np.float32, copy=False)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embeddings as a float32 array (texts x dim), through the cache when frozen."""
@@ -375,12 +457,19 @@ class SentenceEncoder(nn.Module):
             self.forward(unique[start:start + self.batch_size * 8])
 
     def save_cache(self) -> None:
-        """Persist new cache entries to cache_dir (frozen mode only)."""
-        if self.cache_file is None or len(self._cache) == self._disk_count:
-            return
-        self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-        keys = list(self._cache)
-        tmp = self.cache_file.with_suffix(".tmp.npz")
-        np.savez(tmp, keys=np.array(keys), values=np.stack([self._cache[k] for k in keys]))
-        tmp.replace(self.cache_file)
-        self._disk_count = len(keys)
+        """Persist new cache entries (and kept layers) to cache_dir (frozen mode only)."""
+        if self.cache_file is not None and len(self._cache) != self._disk_count:
+            self._disk_count = _save_npz(self.cache_file, self._cache)
+        layer_file = self.layer_cache_file
+        if layer_file is not None and len(self._layer_cache) != self._layer_disk_count:
+            self._layer_disk_count = _save_npz(layer_file, self._layer_cache)
+
+
+def _save_npz(path: Path, cache: dict[str, np.ndarray]) -> int:
+    """Write a cache (text hash -> array) atomically; the number of entries written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = list(cache)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, keys=np.array(keys), values=np.stack([cache[k] for k in keys]))
+    tmp.replace(path)
+    return len(keys)

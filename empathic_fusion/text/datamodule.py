@@ -93,6 +93,7 @@ class TextDataModule(L.LightningDataModule):
         self.fold: int | None = None
         self.folds: list | None = None
         self.embedder = None  # a frozen SentenceEncoder: batches then carry its cached embeddings
+        self.layer_sets: tuple[int, ...] = ()  # with it, the layer sets the model's experts read
 
     def setup(self, stage: str | None = None) -> None:
         if self.folds is not None:
@@ -137,7 +138,7 @@ class TextDataModule(L.LightningDataModule):
 
     @classmethod
     def for_checkpoint(cls, data_cfg: dict[str, Any], fitted: dict[str, Any], rows: pd.DataFrame,
-                       embedder=None) -> "TextDataModule":
+                       embedder=None, layer_sets: tuple[int, ...] = ()) -> "TextDataModule":
         """A predict split over `rows` with a checkpoint's data config and fitted state (its
         `data_info`: persona vocabulary, target statistics), set up and ready for trainer.predict."""
         keep = {k: v for k, v in data_cfg.items() if not k.startswith("_")}
@@ -146,7 +147,7 @@ class TextDataModule(L.LightningDataModule):
         datamodule.setup("predict")
         datamodule.apply_fitted(PersonaEncoder.from_state(fitted["persona"]), np.asarray(fitted["target_mean"]),
                                 np.asarray(fitted["target_std"]))
-        datamodule.embedder = embedder
+        datamodule.embedder, datamodule.layer_sets = embedder, tuple(layer_sets)
         return datamodule
 
     def all_texts(self) -> list[str]:
@@ -188,22 +189,33 @@ class TextDataModule(L.LightningDataModule):
 
     def collate(self, rows: list[int]) -> dict:
         """Raw texts always (a fine-tuned encoder or a text branch reads them); with a frozen
-        `embedder` attached also the cached embeddings."""
+        `embedder` attached also the cached embeddings, and for each of `layer_sets` (k) the fields'
+        mean of the last k layers' pooled vectors (`layer_embeddings[k]`, rows x fields*dim)."""
         idx = np.asarray(rows, dtype=int)
         batch = {"persona_ids": torch.from_numpy(self.persona_ids[idx]),
                  "persona_numeric": torch.from_numpy(self.persona_numeric[idx]),
                  "target": torch.from_numpy(self.targets[idx]), "row": torch.from_numpy(idx),
                  "texts": {f: [values[i] for i in idx] for f, values in self.fields.items()}}
         if self.embedder is not None:
-            batch["embeddings"] = self._embedding_matrix()[torch.from_numpy(idx)]
+            matrix, layers = self._embedding_matrices()
+            batch["embeddings"] = matrix[torch.from_numpy(idx)]
+            if layers:
+                batch["layer_embeddings"] = {k: x[torch.from_numpy(idx)] for k, x in layers.items()}
         return batch
 
-    def _embedding_matrix(self) -> torch.Tensor:
-        """Every row's concatenated field embeddings (rows x fields*dim), built once from the encoder cache."""
-        if getattr(self, "_matrix", None) is None or self._matrix_owner is not self.embedder:
-            self._matrix = torch.cat([self.embedder(self.fields[f]) for f in self.spec.fields], dim=-1).float()
-            self._matrix_owner = self.embedder
-        return self._matrix
+    def _embedding_matrices(self) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Every row's concatenated field embeddings (rows x fields*dim) and, per layer set, its
+        concatenated layer embeddings, built once from the encoder's caches."""
+        owner = (self.embedder, tuple(self.layer_sets))
+        if getattr(self, "_matrices", None) is None or self._matrices_owner != owner:
+            matrix = torch.cat([self.embedder(self.fields[f]) for f in self.spec.fields], dim=-1).float()
+            layers = {}
+            if self.layer_sets:
+                per_field = [self.embedder.layer_embeddings(self.fields[f], tuple(self.layer_sets)) for f in self.spec.fields]
+                layers = {k: torch.from_numpy(np.concatenate([x[:, j] for x in per_field], axis=1))
+                          for j, k in enumerate(self.layer_sets)}
+            self._matrices, self._matrices_owner = (matrix, layers), owner
+        return self._matrices
 
     def _loader(self, rows: np.ndarray, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.split_seed + (self.fold or 0))

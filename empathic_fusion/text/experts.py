@@ -6,8 +6,8 @@ the frozen encoder with an MLP head, and their average beat both. A ridge on eac
 weights learned on held-out predictions, is at least as good as the better one wherever the two
 carry different signal, and costs seconds on a CPU.
 
-An expert is an nn.Module with `needs_embeddings`, `expand(fields, dim)` (the experts it stands for,
-e.g. one per field), `fit(batch, targets, groups) -> out-of-fold predictions` and
+An expert is an nn.Module with `needs_embeddings`, `expand(fields, dim, encoder_layers)` (the experts
+it stands for, e.g. one per field and layer set), `fit(batch, targets, groups) -> out-of-fold predictions` and
 `forward(batch) -> N x labels` on the standardised target scale. `fit` picks the
 ridge penalty by grouped K-fold CV on the training rows (scikit-learn's GroupKFold: folds never split
 a writer or conversation; `cross_val_predict` of a feature transform + Ridge pipeline, so the
@@ -84,8 +84,9 @@ class RidgeExpert(FittedModule):
     def alpha(self) -> float | None:
         return self._state["alpha"] if self._state else None
 
-    def expand(self, fields: list[str], dim: int) -> list["RidgeExpert"]:
-        """The experts this one stands for over these text fields (encoder width `dim`): itself."""
+    def expand(self, fields: list[str], dim: int, encoder_layers: int | None = None) -> list["RidgeExpert"]:
+        """The experts this one stands for over these text fields (encoder width `dim`, with
+        `encoder_layers` transformer layers): itself."""
         return [self]
 
     def _fit_transform(self, batch: dict) -> tuple[Any, Any]:
@@ -101,12 +102,15 @@ class RidgeExpert(FittedModule):
         targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
         folds = grouped_folds(groups, self.inner_folds, type(self).__name__)
         rows = np.arange(len(targets)).reshape(-1, 1)
-        model = Pipeline([("features", _ExpertFeatures(self, batch, {})), ("ridge", Ridge())])
+        cache: dict = {}
+        model = Pipeline([("features", _ExpertFeatures(self, batch, cache)), ("ridge", Ridge())])
         with warnings.catch_warnings():  # a tiny penalty on collinear features: ill-conditioned, still fine
             warnings.simplefilter("ignore", LinAlgWarning)
-            held_out = np.stack([np.asarray(cross_val_predict(model.set_params(ridge__alpha=alpha), rows, targets,
-                                                              cv=folds), dtype=np.float64).reshape(targets.shape)
-                                 for alpha in self.alphas])
+            held_out = self._dense_path(batch, targets, folds, cache)
+            if held_out is None:  # sparse features: scikit-learn's ridge per penalty
+                held_out = np.stack([np.asarray(cross_val_predict(model.set_params(ridge__alpha=alpha), rows, targets,
+                                                                  cv=folds), dtype=np.float64).reshape(targets.shape)
+                                     for alpha in self.alphas])
             best = int(np.argmin(((held_out - targets[None]) ** 2).mean(axis=(1, 2))))
             model.set_params(ridge__alpha=self.alphas[best]).fit(rows, targets)
         features, ridge = model.named_steps["features"], model.named_steps["ridge"]
@@ -117,6 +121,32 @@ class RidgeExpert(FittedModule):
                            "coef": np.asarray(ridge.coef_, dtype=np.float32).reshape(targets.shape[1], -1),
                            "intercept": np.asarray(ridge.intercept_, dtype=np.float32).reshape(-1)}
         return held_out[best]
+
+    def _dense_path(self, batch: dict, targets: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]],
+                    cache: dict) -> np.ndarray | None:
+        """Held-out predictions of every penalty (penalties x N x labels) from one eigendecomposition of
+        each fold's centred Gram matrix X'X = V diag(l) V': the ridge solution for any penalty is
+        V diag(1 / (l + alpha)) V'X'y, what scikit-learn's Ridge with an intercept solves, at the cost
+        of one factorisation per fold instead of one solve per penalty and fold (a dozen
+        representation experts stay cheap). None when the features are sparse or absent (the caller
+        then runs scikit-learn per penalty)."""
+        held_out = np.zeros((len(self.alphas), *targets.shape))
+        for train, test in folds:
+            step = _ExpertFeatures(self, batch, cache)
+            x_train = step.fit_transform(train.reshape(-1, 1))
+            if step.empty_ or not isinstance(x_train, np.ndarray):
+                return None
+            x_test = np.asarray(step.transform(test.reshape(-1, 1)), dtype=np.float64)
+            x_train = np.asarray(x_train, dtype=np.float64)
+            x_mean, y_mean = x_train.mean(0), targets[train].mean(0)
+            centred = x_train - x_mean
+            eigenvalues, vectors = np.linalg.eigh(centred.T @ centred)
+            eigenvalues = np.clip(eigenvalues, 0.0, None)                      # rounding below zero
+            vty = vectors.T @ (centred.T @ (targets[train] - y_mean))          # dims x labels
+            projected = (x_test - x_mean) @ vectors                            # test rows x dims
+            for a, alpha in enumerate(self.alphas):
+                held_out[a, test] = projected @ (vty / (eigenvalues + alpha)[:, None]) + y_mean
+        return held_out
 
     def forward(self, batch: dict) -> torch.Tensor:
         if self._state is None:
@@ -211,27 +241,56 @@ class EmbeddingRidgeExpert(RidgeExpert):
     dimension centred and scaled by the training rows' statistics. `per_field` (default): one ridge
     per text field, each with its own penalty, so the stack weighs the fields (on
     EmpatheticExchanges the reply, the turn it answers, the situation and the previous exchange)
-    instead of one penalty shrinking them alike."""
+    instead of one penalty shrinking them alike.
+
+    `layers` makes it representation experts: for each k in the list, a ridge on the mean of the last
+    k layers' pooled vectors (`batch["layer_embeddings"][k]`, SentenceEncoder.layer_embeddings), per
+    field. Which layers serve a data set best varies with its texts (the last layer is what sentence
+    encoders are trained for; lower ones keep more of the wording), so the stack weighs the sets on
+    held-out predictions instead of a constant choosing one. Sets deeper than the encoder are left
+    out; an encoder without layers (the multilingual one) reads its embeddings."""
 
     needs_embeddings = True
     label = "embedding ridge"
     state_key = "scale"
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, per_field: bool = True,
-                 columns: tuple[int, int] | None = None, field: str | None = None):
+                 columns: tuple[int, int] | None = None, field: str | None = None,
+                 layers: list[int] | int | None = None):
         super().__init__(alphas, inner_folds)
         self.per_field, self.columns, self.field = per_field, columns, field
-        if field:
-            self.label = f"embedding ridge ({field})"
+        self.layers = layers if layers is None or isinstance(layers, int) else tuple(int(k) for k in layers)
+        if isinstance(self.layers, tuple) and (not self.layers or min(self.layers) < 1):
+            raise ValueError(f"EmbeddingRidgeExpert layers={list(self.layers)}: give layer counts >= 1 (e.g. [1, 2, 4])")
+        parts = [field] if field else []
+        if isinstance(self.layers, int):
+            parts.append("last layer" if self.layers == 1 else f"last {self.layers} layers")
+        if parts:
+            self.label = f"embedding ridge ({', '.join(parts)})"
 
-    def expand(self, fields: list[str], dim: int) -> list[RidgeExpert]:
-        if not self.per_field or len(fields) < 2:
+    @property
+    def layer_sets(self) -> tuple[int, ...]:
+        """The layer sets this expert reads from `batch["layer_embeddings"]` (none: the embeddings)."""
+        return (self.layers,) if isinstance(self.layers, int) else ()
+
+    def expand(self, fields: list[str], dim: int, encoder_layers: int | None = None) -> list[RidgeExpert]:
+        """One expert per field (with `per_field` and several fields) and per layer set (with `layers`:
+        those the encoder's `encoder_layers` allow)."""
+        layer_sets: list[int | None] = [self.layers] if not isinstance(self.layers, tuple) else \
+            ([k for k in dict.fromkeys(self.layers) if encoder_layers is None or k <= encoder_layers]
+             if encoder_layers else [None])
+        if isinstance(self.layers, tuple) and len(layer_sets) < len(set(self.layers)):
+            log.info("embedding ridge experts: layer sets %s are deeper than the encoder's %s layers and are left out",
+                     [k for k in self.layers if k not in layer_sets], encoder_layers or "no")
+        if self.layers is None and (not self.per_field or len(fields) < 2):
             return [self]
-        return [EmbeddingRidgeExpert(self.alphas, self.inner_folds, False, (k * dim, (k + 1) * dim), field)
-                for k, field in enumerate(fields)]
+        parts = [(None, None)] if not self.per_field or len(fields) < 2 else \
+            [((k * dim, (k + 1) * dim), field) for k, field in enumerate(fields)]
+        return [EmbeddingRidgeExpert(self.alphas, self.inner_folds, False, columns, field, k)
+                for columns, field in parts for k in layer_sets]
 
     def _x(self, batch: dict) -> np.ndarray:
-        x = _embeddings(batch)
+        x = _embeddings(batch) if self.layers is None else _layer_embeddings(batch, self.layers)
         return x[:, self.columns[0]:self.columns[1]] if self.columns else x
 
     def _fit_transform(self, batch: dict) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
@@ -254,6 +313,17 @@ def _embeddings(batch: dict) -> np.ndarray:
     return (embeddings.detach().float().cpu().numpy() if torch.is_tensor(embeddings) else np.asarray(embeddings, np.float32))
 
 
+def _layer_embeddings(batch: dict, k: int) -> np.ndarray:
+    """The fields' mean of the last k layers' pooled vectors, side by side (N x fields*dim)."""
+    sets = batch.get("layer_embeddings") or {}
+    if k not in sets:
+        raise ValueError(f"this embedding ridge expert reads the last {k} layers (batch['layer_embeddings'][{k}]), "
+                         f"which the batch lacks (it has {sorted(sets) or 'none'}): the text module asks its "
+                         "datamodule for the layer sets its experts read")
+    x = sets[k]
+    return x.detach().float().cpu().numpy() if torch.is_tensor(x) else np.asarray(x, np.float32)
+
+
 def _batch_size(batch: dict) -> int:
     if "embeddings" in batch:
         return len(batch["embeddings"])
@@ -264,9 +334,14 @@ def _select(batch: dict, rows: np.ndarray) -> dict:
     """The part of a (training rows) batch at positions `rows`: texts and embeddings."""
     out: dict[str, Any] = {"texts": {f: [texts[i] for i in rows] for f, texts in batch["texts"].items()}}
     if "embeddings" in batch:
-        out["embeddings"] = batch["embeddings"][torch.as_tensor(rows)] if torch.is_tensor(batch["embeddings"]) \
-            else np.asarray(batch["embeddings"])[rows]
+        out["embeddings"] = _rows_of(batch["embeddings"], rows)
+    if "layer_embeddings" in batch:
+        out["layer_embeddings"] = {k: _rows_of(x, rows) for k, x in batch["layer_embeddings"].items()}
     return out
+
+
+def _rows_of(x: Any, rows: np.ndarray) -> Any:
+    return x[torch.as_tensor(rows)] if torch.is_tensor(x) else np.asarray(x)[rows]
 
 
 def stack_weights(held_out: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

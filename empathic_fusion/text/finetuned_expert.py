@@ -87,7 +87,7 @@ class FineTunedEncoderExpert(FittedModule):
         self.register_buffer("_device_marker", torch.zeros(0), persistent=False)
         self.__dict__["_net"] = None  # the fitted net, built from the state on first use (not a submodule)
 
-    def expand(self, fields: list[str], dim: int) -> list["FineTunedEncoderExpert"]:
+    def expand(self, fields: list[str], dim: int, encoder_layers: int | None = None) -> list["FineTunedEncoderExpert"]:
         """Itself, reading the given fields (or its own `fields`, which must be among them)."""
         if self.fields is None:
             self.fields = list(fields)

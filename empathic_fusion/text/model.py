@@ -107,7 +107,10 @@ class TextRegressor(nn.Module):
         cards = persona_cardinalities or []
         self.persona = PersonaEmbedding(cards, persona_numeric, persona_dim) if (cards or persona_numeric) else None
         self.branch = branch
-        self.experts = nn.ModuleList(e for expert in experts or [] for e in expert.expand(self.fields, encoder.dim))
+        self.experts = nn.ModuleList(e for expert in experts or []
+                                     for e in expert.expand(self.fields, encoder.dim, encoder.layer_count))
+        # the layer sets the representation experts read (batch["layer_embeddings"]; frozen encoders)
+        self.layer_sets = tuple(sorted({k for e in self.experts for k in getattr(e, "layer_sets", ())}))
         if head_input not in ("embeddings", "expert_scores"):
             raise ValueError(f"model.net.head_input must be embeddings or expert_scores, got {head_input!r}")
         if head_input == "expert_scores" and not self.experts:
@@ -404,7 +407,10 @@ def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> Non
     """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set)."""
     encoder = module.frozen_encoder
     datamodule.embedder = encoder
+    datamodule.layer_sets = module.net.layer_sets
     module.encoder.check_languages(datamodule.fields)
     if encoder is not None:
+        if module.net.layer_sets:
+            encoder.keep_layers(max(module.net.layer_sets))  # from the same pass as the embeddings
         encoder.warm(datamodule.all_texts())
         encoder.save_cache()

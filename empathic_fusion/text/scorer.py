@@ -92,7 +92,7 @@ class TextScorer:
         for column in self.persona.columns:
             rows[column] = persona[column].to_numpy() if persona is not None and column in persona else None
         return TextDataModule.for_checkpoint(self._data_config(), self.module.hparams.data_info, rows,
-                                             self.module.frozen_encoder)
+                                             self.module.frozen_encoder, self.module.net.layer_sets)
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
               progress: bool = False) -> dict[str, np.ndarray]:
