@@ -14,8 +14,8 @@ The recipes (`--recipes`, default all but the GPU one):
   reduced settings, `--finetune-overrides`, which its label then says); without, its row is marked
   unmeasured.
 The time of the default against the constant recipe is their median seconds per fold (the first fold
-also encodes the table), and the cold encoding of the table's first texts with and without the kept
-layers, side by side.
+also encodes the table); the cold encoding of the table's first texts, MiniLM with and without the
+kept layers and mpnet, each in a fresh process, gives seconds and peak memory side by side.
 
     python benchmarks/empathetic_exchanges.py [hydra overrides for every recipe]
     python benchmarks/empathetic_exchanges.py --recipes default,constant
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
     start = time.time()
     changed = experiment != DEFAULT or bool(common)  # the recipes are not as shipped: say so in every label
     labels = {name: label + (" with the command's overrides" if changed else "") for name, label in RECIPES.items()}
-    encoding = encoding_seconds(base) if "constant" in recipes else None
+    encoding = encoding_costs(base, "mpnet" in recipes) if "constant" in recipes else None
     folds: dict[str, list[dict]] = {}
     seconds: dict[str, list[float]] = {}
     sweep_tables = []
@@ -181,39 +181,64 @@ def mpnet_installed() -> bool:
     return True
 
 
-def encoding_seconds(cfg) -> dict[str, float]:
-    """Seconds to encode the table's first ENCODING_TEXTS distinct texts with an empty cache: the
-    embeddings alone (the constant recipe) and with the last 4 layers kept (the default), side by side."""
+ENCODING_PROBES = (("MiniLM", None, 0), ("MiniLM", None, 4), ("mpnet", "mpnet", 4))
+
+
+def encoding_costs(cfg, with_mpnet: bool) -> list[dict]:
+    """Encoding the table's first ENCODING_TEXTS distinct texts with an empty cache, each probe in a
+    fresh process (so its peak memory is the encoder's and the texts'): MiniLM with the embeddings
+    alone (the constant recipe) and with the last 4 layers kept (the default), and mpnet as the
+    default reads it. Seconds and peak resident memory per probe."""
     import hydra
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     from omegaconf import OmegaConf
 
     datamodule = hydra.utils.instantiate(cfg.data, modalities=["text"], features=None)
     datamodule.setup("fit")
     texts = list(dict.fromkeys(datamodule.all_texts()))[:ENCODING_TEXTS]
-    out = {"texts": float(len(texts))}
-    for name, layers in (("embeddings alone", 0), ("with the last 4 layers kept", 4)):
-        encoder = hydra.utils.instantiate({**OmegaConf.to_container(cfg.model.net.encoder, resolve=True), "cache_dir": None})
-        if layers:
-            encoder.keep_layers(layers)
-        start = time.perf_counter()
-        encoder.warm(texts)
-        out[name] = time.perf_counter() - start
+    encoder = {**OmegaConf.to_container(cfg.model.net.encoder, resolve=True), "cache_dir": None}
+    out = []
+    for name, model_path, layers in ENCODING_PROBES:
+        if model_path == "mpnet" and not with_mpnet:
+            continue
+        with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+            seconds, peak = pool.submit(_encode_probe, {**encoder, "model_path": model_path}, layers, texts).result()
+        out.append({"encoder": name, "layers": layers, "texts": len(texts), "seconds": seconds, "peak_gb": peak})
     return out
 
 
-def time_comparison(seconds: dict[str, list[float]], labels: dict[str, str], encoding: dict[str, float] | None) -> str:
-    """The default recipe's time against the constant one's: median seconds per fold and their ratio,
-    and the cold encoding side by side."""
-    if "constant" not in seconds:
-        return ""
-    new, old = float(np.median(seconds["default"])), float(np.median(seconds["constant"]))
-    text = (f"Time: {labels['default']} {new:.0f} s per fold against {labels['constant']} {old:.0f} s "
-            f"(median over folds): {new / old:.2f}x.")
+def _encode_probe(encoder_cfg: dict, layers: int, texts: list[str]) -> tuple[float, float]:
+    """In a fresh process: load the encoder, encode the texts (keeping `layers`); seconds and peak RSS (GB)."""
+    import resource
+
+    import hydra
+
+    encoder = hydra.utils.instantiate(encoder_cfg)
+    if layers:
+        encoder.keep_layers(layers)
+    start = time.perf_counter()
+    encoder.warm(texts)
+    seconds = time.perf_counter() - start
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def time_comparison(seconds: dict[str, list[float]], labels: dict[str, str], encoding: list[dict] | None) -> str:
+    """The default recipe's time against the constant one's (median seconds per fold and their ratio),
+    and the encoding probes side by side."""
+    lines = []
+    if "constant" in seconds:
+        new, old = float(np.median(seconds["default"])), float(np.median(seconds["constant"]))
+        lines.append(f"Time: {labels['default']} {new:.0f} s per fold against {labels['constant']} {old:.0f} s "
+                     f"(median over folds, the embeddings cached): {new / old:.2f}x.")
     if encoding:
-        plain, kept = encoding["embeddings alone"], encoding["with the last 4 layers kept"]
-        text += (f" Encoding {encoding['texts']:.0f} texts with an empty cache, one pass each: {plain:.1f} s for the "
-                 f"embeddings alone, {kept:.1f} s with the last 4 layers kept ({kept / plain:.2f}x).")
-    return text
+        lines += ["", f"Encoding the table's first {encoding[0]['texts']} distinct texts with an empty cache, one "
+                  "process each (peak resident memory: the encoder, the texts and the interpreter):", "",
+                  "| encoder | layers kept | seconds | peak memory (GB) |", "|---|---|---|---|"]
+        lines += [f"| {p['encoder']} | {p['layers'] or 'none (embeddings alone)'} | {p['seconds']:.1f} | {p['peak_gb']:.2f} |"
+                  for p in encoding]
+    return "\n".join(lines)
 
 
 # Written into a fold's folder when it finished: its overrides and seconds (to resume a benchmark).

@@ -185,3 +185,26 @@ def test_empathetic_exchanges_summary_puts_both_recipes_beside_the_baselines_and
     assert f"{gpu} vs {cpu}: wins on mean r, rho and QWK (higher r on 2/3" in text
     assert f"{cpu} vs {gpu}" not in text  # each pair once
     assert f"{gpu}, seconds per fold (CPU): 100, 110, 120" in text
+
+
+def test_empathetic_exchanges_compares_recipes_in_display_order_and_marks_unmeasured_rows():
+    """The constant recipe sits above the default (which is compared with it), a recipe not run gets a
+    row of 'unmeasured' and its reason, and the time line is the ratio of median seconds per fold."""
+    import empathetic_exchanges
+
+    rating = lambda r: {"pearson": r, "spearman": r, "mse": 1.3 - r, "qwk": r / 2, "macro_f1": 0.15}  # noqa: E731
+    base = {"training mean": {"rating": rating(0.0)}}
+    folds = {"default": [{"model": {"rating": rating(r)}, "baselines": base} for r in (0.25, 0.27, 0.20)],
+             "constant": [{"model": {"rating": rating(r)}, "baselines": base} for r in (0.22, 0.28, 0.18)]}
+    labels = empathetic_exchanges.RECIPES
+    text = empathetic_exchanges.summary_table(folds, {"default": [60, 40, 42], "constant": [30, 31, 33]}, "cpu", labels,
+                                              {labels["finetune"]: "unmeasured: meant for a GPU"})
+    assert text.index(f"| {labels['constant']} |") < text.index(f"| {labels['default']} |")
+    assert (f"{labels['default']} vs {labels['constant']}: wins on mean r, rho and QWK (higher r on 2/3, rho on 2/3, "
+            "QWK on 2/3 folds)") in text and f"{labels['constant']} vs {labels['default']}" not in text
+    assert f"| {labels['finetune']} | unmeasured | unmeasured |" in text and "unmeasured: meant for a GPU" in text
+    timing = empathetic_exchanges.time_comparison(
+        {"default": [60, 40, 42], "constant": [30, 31, 33]}, labels,
+        [{"encoder": "MiniLM", "layers": 0, "texts": 10, "seconds": 1.0, "peak_gb": 0.5}])
+    assert "42 s per fold against" in timing and "31 s" in timing and "1.35x" in timing
+    assert "| MiniLM | none (embeddings alone) | 1.0 | 0.50 |" in timing

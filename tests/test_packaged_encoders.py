@@ -98,7 +98,7 @@ def test_an_installed_mpnet_trains_a_text_model_offline(tmp_path):
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     header = checkpoint["empathic_fusion"]
     assert header["encoder"]["model_path"] == "mpnet"
-    assert "embedding ridge (text, last 4 layers)" in header["stack"]
+    assert "embedding ridge (last 4 layers)" in header["stack"]  # one text field: no field in the label
     scorer = TextScorer.load(results["best_checkpoint"])
     assert scorer.module.encoder.dim == 768 and scorer.module.encoder.layer_count == 12
     assert Path(resolve_model_path(scorer.module.encoder.model_path)) == folder

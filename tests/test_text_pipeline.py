@@ -221,7 +221,9 @@ def test_the_fine_tune_recipe_stacks_a_cross_fitted_encoder_expert_that_travels_
     assert expert.fitted and expert.fields == ["text"] and scorer.module.encoder.frozen
     texts = ["I am so sorry. The bus was late.", "It rained all day."]
     batch = {"texts": {"text": texts}, "persona_ids": torch.zeros(2, 0, dtype=torch.long),
-             "persona_numeric": torch.zeros(2, 0), "embeddings": scorer.module.encoder(texts)}
+             "persona_numeric": torch.zeros(2, 0), "embeddings": scorer.module.encoder(texts),
+             "layer_embeddings": {k: torch.from_numpy(scorer.module.encoder.layer_embeddings(texts, (k,))[:, 0])
+                                  for k in scorer.module.net.layer_sets}}
     with torch.no_grad():
         expected = scorer.module(batch)[:, 0].numpy()
     assert np.allclose(scorer.score({"text": texts})["emotional"], expected, atol=1e-5)
@@ -241,8 +243,9 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     assert "net.branch._extra_state" in checkpoint["state_dict"]
     scorer = TextScorer.load(results["best_checkpoint"])
-    # the head reads the experts' scores (TF-IDF + embedding ridge, 3 labels each), the branch and the persona
-    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 3 * 2 + 16 + 16
+    # the head reads the experts' scores (TF-IDF + an embedding ridge per layer set: 4, 3 labels each), the
+    # branch and the persona
+    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 3 * 4 + 16 + 16
     texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
     scores = scorer.score({"text": texts})
     assert scores["emotional"][0] > scores["emotional"][1] + 0.5
