@@ -49,6 +49,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
 from empathic_fusion.utils import CONFIG_DIR  # noqa: E402  (also registers the project_root resolver)
+from empathic_fusion.core.packaged_encoders import is_installed  # noqa: E402
 from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
 from empathic_fusion.pipeline import train  # noqa: E402
 from results import RESULTS_DIR, Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
@@ -94,7 +95,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"--recipes: unknown {unknown}; known: {', '.join(RECIPE_OVERRIDES)}")
     unmeasured = {}
-    if "mpnet" in chosen and not mpnet_installed():
+    if "mpnet" in chosen and not is_installed("mpnet"):
         chosen.remove("mpnet")
         unmeasured["mpnet"] = "not installed here (`empathic-encoders install mpnet`)"
     recipes = {name: [experiment, *common, *RECIPE_OVERRIDES[name]] for name in chosen}
@@ -123,8 +124,7 @@ def main(argv: list[str]) -> int:
     for name, overrides in recipes.items():
         run_dir = out_dir / name
         fold_ids = list(range(int(base.data.cv_folds)))  # one run per fold, as a `data.cv_fold` sweep would do
-        seconds[name] = run_folds(overrides, fold_ids, run_dir, args.jobs)
-        folds[name] = [json.loads((run_dir / str(k) / "test_metrics.json").read_text()) for k in fold_ids]
+        seconds[name], folds[name] = run_recipe(overrides, fold_ids, run_dir, args.jobs)
         result = evaluate_sweep(run_dir, None, plots=False)
         sweep_tables += [f"{labels[name]}, {level}-level, mean ± std over folds (x100):\n\n"
                          f"{paths['md'].read_text().strip()}\n" for level, paths in result["paths"].items()]
@@ -161,24 +161,13 @@ def second_table(out_dir: Path, common: list[str], jobs: int) -> str:
             "data.name=synthetic", "trainer.max_epochs=30"]
     folds, seconds = {}, {}
     for name in ("default", "constant"):
-        seconds[name] = run_folds([*data, *common, *RECIPE_OVERRIDES[name]], list(range(5)), out_dir / name, jobs)
-        folds[name] = [json.loads((out_dir / name / str(k) / "test_metrics.json").read_text()) for k in range(5)]
+        seconds[name], folds[name] = run_recipe([*data, *common, *RECIPE_OVERRIDES[name]], list(range(5)),
+                                                out_dir / name, jobs)
     rows = SYNTHETIC["writers"] * SYNTHETIC["turns"]
     return (f"A second table: the generated one of empathic_fusion/text/synthetic.py ({SYNTHETIC['writers']} writers x "
             f"{SYNTHETIC['turns']} turns = {rows} rows, seed {SYNTHETIC['seed']}; one text field, the mean of three "
             "labels driven by planted phrases), 5 folds grouped by writer, the same two recipes:\n\n"
             + summary_table(folds, seconds, "cpu", RECIPES) + "\n")
-
-
-def mpnet_installed() -> bool:
-    from empathic_fusion.core.errors import MissingFileError
-    from empathic_fusion.core.sentence_encoder import resolve_model_path
-
-    try:
-        resolve_model_path("mpnet")
-    except MissingFileError:
-        return False
-    return True
 
 
 ENCODING_PROBES = (("MiniLM", None, 0), ("MiniLM", None, 4), ("mpnet", "mpnet", 4))
@@ -255,6 +244,12 @@ def _on_gpu(cfg) -> bool:
 
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     return torch.cuda.is_available() and accelerator in ("gpu", "cuda", "auto")
+
+
+def run_recipe(overrides: list[str], fold_ids: list[int], run_dir: Path, jobs: int) -> tuple[list[float], list[dict]]:
+    """Each fold's run (run_folds) and its test_metrics.json: seconds per fold and the folds' results."""
+    seconds = run_folds(overrides, fold_ids, run_dir, jobs)
+    return seconds, [json.loads((run_dir / str(k) / "test_metrics.json").read_text()) for k in fold_ids]
 
 
 def run_folds(overrides: list[str], fold_ids: list[int], run_dir: Path, jobs: int) -> list[float]:

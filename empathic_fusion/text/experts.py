@@ -276,12 +276,14 @@ class EmbeddingRidgeExpert(RidgeExpert):
     def expand(self, fields: list[str], dim: int, encoder_layers: int | None = None) -> list[RidgeExpert]:
         """One expert per field (with `per_field` and several fields) and per layer set (with `layers`:
         those the encoder's `encoder_layers` allow)."""
-        layer_sets: list[int | None] = [self.layers] if not isinstance(self.layers, tuple) else \
-            ([k for k in dict.fromkeys(self.layers) if encoder_layers is None or k <= encoder_layers]
-             if encoder_layers else [None])
-        if isinstance(self.layers, tuple) and len(layer_sets) < len(set(self.layers)):
-            log.info("embedding ridge experts: layer sets %s are deeper than the encoder's %s layers and are left out",
-                     [k for k in self.layers if k not in layer_sets], encoder_layers or "no")
+        layer_sets: list[int | None] = [self.layers]
+        if isinstance(self.layers, tuple):
+            wanted = list(dict.fromkeys(self.layers))
+            layer_sets = [k for k in wanted if k <= encoder_layers] if encoder_layers else [None]
+            if len(layer_sets) < len(wanted):
+                log.info("embedding ridge experts: layer sets %s left out (%s)", [k for k in wanted if k not in layer_sets],
+                         f"deeper than the encoder's {encoder_layers} layers" if encoder_layers
+                         else "the encoder has no layers: its embeddings are read instead")
         if self.layers is None and (not self.per_field or len(fields) < 2):
             return [self]
         parts = [(None, None)] if not self.per_field or len(fields) < 2 else \
@@ -309,8 +311,7 @@ def _embeddings(batch: dict) -> np.ndarray:
     if "embeddings" not in batch:
         raise ValueError("the embedding ridge expert reads batch['embeddings'], which only a frozen encoder gives "
                          "(with trainable_layers > 0 use experts without it, e.g. TfidfRidgeExpert alone)")
-    embeddings = batch["embeddings"]
-    return (embeddings.detach().float().cpu().numpy() if torch.is_tensor(embeddings) else np.asarray(embeddings, np.float32))
+    return _as_float32(batch["embeddings"])
 
 
 def _layer_embeddings(batch: dict, k: int) -> np.ndarray:
@@ -320,7 +321,11 @@ def _layer_embeddings(batch: dict, k: int) -> np.ndarray:
         raise ValueError(f"this embedding ridge expert reads the last {k} layers (batch['layer_embeddings'][{k}]), "
                          f"which the batch lacks (it has {sorted(sets) or 'none'}): the text module asks its "
                          "datamodule for the layer sets its experts read")
-    x = sets[k]
+    return _as_float32(sets[k])
+
+
+def _as_float32(x: Any) -> np.ndarray:
+    """A float32 array of a tensor (on any device) or of anything numpy reads."""
     return x.detach().float().cpu().numpy() if torch.is_tensor(x) else np.asarray(x, np.float32)
 
 
