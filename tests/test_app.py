@@ -381,6 +381,9 @@ def test_demo_models_in_the_page(browser, text_run, fusion_run, tiny_dataset, tm
         clip_banner, clip_card = page.text_content("#clip-banner"), page.text_content("#clip-card")
         message = clip_message(clip, audio)
         rating = float(page.input_value("#clip-rating input"))
+        # the status text can arrive before the browser has decoded the timeline image
+        page.wait_for_function("() => { const img = document.querySelector('#clip-timeline img');"
+                               " return img !== null && img.complete && img.naturalWidth > 0; }")
         width = page.eval_on_selector("#clip-timeline img", "img => img.naturalWidth")
         short_message = clip_message(short, short_audio)  # scored as one window, with a note
         bad = {"no face": clip_message(no_face, tiny_dataset / "media" / "p001_s1.wav"),
