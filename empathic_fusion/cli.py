@@ -24,7 +24,7 @@ from typing import Any
 
 import hydra
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
@@ -34,6 +34,19 @@ from empathic_fusion.core.errors import UserError
 
 CONFIG_PATH = "conf"  # relative to this file: empathic_fusion/conf
 log = logging.getLogger(__name__)
+
+
+def fusion_models() -> str:
+    """`${fusion_models:}`, the models of the paper grid (conf/experiment/es_story_share.yaml): every
+    registered fusion model (conf/model/<name>.yaml), the paper's in its order, then the others by name.
+    Resolved only when a sweep reads it, so torch is imported then and not before."""
+    from empathic_fusion.models import list_models
+
+    return ",".join(list_models("fusion"))
+
+
+if not OmegaConf.has_resolver("fusion_models"):
+    OmegaConf.register_new_resolver("fusion_models", fusion_models)
 
 
 def traceback_wanted(cfg: DictConfig) -> bool:

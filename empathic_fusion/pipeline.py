@@ -9,9 +9,10 @@ import hydra
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-import empathic_fusion.text  # noqa: F401  (registers the text module and its parts)
 from empathic_fusion.config import ConfigError, validate
 from empathic_fusion.core.errors import MissingFileError
+from empathic_fusion.evaluation.groups import check_groups
+from empathic_fusion.evaluation.reports import module_report
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
@@ -57,7 +58,7 @@ def build_run(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None
     set_up(datamodule, trainer, "fit")
     model = build_model(cfg, datamodule.fitted_state())
     if cfg.test:
-        model.check_groups(datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
+        check_groups(model, datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
     return datamodule, model, trainer
 
 
@@ -96,7 +97,7 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
             trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
             if trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
                 on_run_device(model, trainer)
-                results = model.report(datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
+                results = module_report(model, datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
             results["best_checkpoint"] = best
         results.update(validation=validation, best_validation=best_validation, global_step=trainer.global_step)
         failed = False
@@ -169,7 +170,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             print(f"\n{result['robustness'].read_text()}")
         return result
     if judge:
-        from empathic_fusion.text.llm_judge import evaluate_judge
+        from empathic_fusion.evaluation.judge_report import evaluate_judge
 
         return evaluate_judge(cfg, out_dir)
     evaluation = _container(cfg.evaluation)
@@ -182,7 +183,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                                              cfg.test_csv, trainer=trainer)
     trainer.test(model, datamodule=datamodule)
     on_run_device(model, trainer)
-    return model.report(datamodule, out_dir, evaluation)
+    return module_report(model, datamodule, out_dir, evaluation)
 
 
 def evaluate_summary(cfg: DictConfig) -> str:

@@ -137,8 +137,8 @@ def test_text_predict_split_scores_like_the_test_fold(text_run):
 
 
 def test_text_predict_split_takes_previous_turns_as_given():
-    from empathic_fusion.text.data import PREVIOUS_TURNS, PersonaEncoder
-    from empathic_fusion.text.datamodule import TextDataModule
+    from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS, PersonaEncoder
+    from empathic_fusion.datamodules.text_datamodule import TextDataModule
 
     fitted = {"persona": PersonaEncoder([]).state(), "target_mean": [3.0], "target_std": [1.0]}
     config = {"text_columns": ["reply"], "label_columns": ["empathy"], "group_column": "conv", "order_column": "turn",

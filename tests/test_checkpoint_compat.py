@@ -12,8 +12,8 @@ import torch
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, register_model, registered_name
 from empathic_fusion.models.checkpoints import WrongKindError, load_module, read_checkpoint, read_header
 from empathic_fusion.models.empathy_module import EmpathyModule
-from empathic_fusion.text.model import TextEmpathyModule
-from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.models.text_module import TextEmpathyModule
+from empathic_fusion.scoring.text import TextScorer
 
 DATA = Path(__file__).parent / "data" / "format2"
 EXPECTED = json.loads((DATA / "expected.json").read_text())

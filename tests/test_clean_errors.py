@@ -30,7 +30,7 @@ def _error_classes() -> list[tuple[type, type]]:
     from empathic_fusion.models.checkpoints import WrongKindError
     from empathic_fusion.models.empathy_module import FeatureMismatchError
     from empathic_fusion.scoring.table import TableError
-    from empathic_fusion.text.data import TextTableError
+    from empathic_fusion.datamodules.text_table import TextTableError
 
     return [(ConfigError, ValueError), (DatasetError, ValueError), (MediaError, RuntimeError),
             (StoreIntegrityError, RuntimeError), (StaleFeaturesError, RuntimeError),

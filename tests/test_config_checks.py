@@ -99,7 +99,7 @@ def test_text_model_settings_are_checked(tmp_path):
         assert problem in str(error.value)
     with pytest.raises(ConfigError, match=re.escape("model.robustness.report_level=0.5: must be one of levels [0.1,")):
         validate(compose_config(text + ["model.robustness.report_level=0.5"], tmp_path))
-    built = typed("model", {"_target_": "empathic_fusion.text.model.TextEmpathyModule", "net": {"_target_": "x.Net"},
+    built = typed("model", {"_target_": "empathic_fusion.models.text_module.TextEmpathyModule", "net": {"_target_": "x.Net"},
                             "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3}})
     assert built.use_persona and built.baselines.embedding_ridge and built.robustness.n_texts == 0
     with pytest.raises(ConfigError, match=re.escape("model.net=None: must be a network config")):

@@ -45,9 +45,9 @@ def _is_text(override: str) -> bool:
 
 
 def _check_text_config(override: str, tmp_path: Path) -> None:
-    from empathic_fusion.text.data import PersonaEncoder
-    from empathic_fusion.text.datamodule import TextDataModule
-    from empathic_fusion.text.model import TextEmpathyModule
+    from empathic_fusion.datamodules.text_table import PersonaEncoder
+    from empathic_fusion.datamodules.text_datamodule import TextDataModule
+    from empathic_fusion.models.text_module import TextEmpathyModule
 
     extra = {"data=text_csv": ["model=text_regressor"] + TEXT_TABLE,
              "model=text_regressor": ["data=text_csv"] + TEXT_TABLE,
@@ -202,6 +202,8 @@ def test_debug_configs_compose_with_a_text_table(name, tmp_path):
 
 @pytest.mark.parametrize("experiment,scenario", [("es_story_share", "story_share"), ("es_reflection", "reflection")])
 def test_paper_grid_experiments_sweep_the_grid_and_end_with_tables(experiment, scenario, tmp_path):
+    import empathic_fusion.cli  # noqa: F401  (registers ${fusion_models:}, the registered fusion models)
+
     cfg = _compose("train", [f"experiment={experiment}"], tmp_path)
     params = cfg.hydra.sweeper.params
     assert params.model.split(",") == ["amer", "tfn", "ef_lstm", "lf_lstm", "story_similarity", "mean"]

@@ -21,7 +21,7 @@ from empathic_fusion.evaluation.conformal import (
     fusion_intervals,
     interval_report,
 )
-from empathic_fusion.models.card import FUSION_OUTPUT, FUSION_WINDOW, NO_INTERVALS, fusion_card, text_card
+from empathic_fusion.evaluation.card import FUSION_OUTPUT, FUSION_WINDOW, NO_INTERVALS, fusion_card, text_card
 
 
 def _direct_half_width(residuals: np.ndarray, coverage: float) -> float:

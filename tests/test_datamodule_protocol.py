@@ -7,7 +7,7 @@ import pytest
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.models.base import build_datamodule
-from empathic_fusion.text.datamodule import TextDataModule
+from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.text.synthetic import make_text_table
 
 

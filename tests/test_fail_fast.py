@@ -65,7 +65,7 @@ def test_a_shipped_recipe_whose_data_is_missing_says_which_setting_to_give_and_w
     where the paths root is the working directory): the one input message names data.path= and where
     EmpatheticExchanges comes from (the data config's `source`), and so does the table reader."""
     from empathic_fusion.core.errors import MissingFileError
-    from empathic_fusion.text.data import read_table
+    from empathic_fusion.datamodules.text_table import read_table
 
     done = _run(["train.py", "experiment=text_empathetic_exchanges"], tmp_path)
     table = tmp_path / ".." / "shared" / "data" / "empathetic_exchanges" / "EmpatheticExchanges_5ES.csv"

@@ -12,7 +12,7 @@ from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.models.checkpoints import load_module, read_header
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.pipeline import evaluate, train
-from empathic_fusion.text.model import TextEmpathyModule
+from empathic_fusion.models.text_module import TextEmpathyModule
 from empathic_fusion.text.synthetic import make_text_table
 from empathic_fusion.utils.compose import compose_config
 

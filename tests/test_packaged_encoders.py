@@ -84,7 +84,7 @@ def test_an_installed_mpnet_trains_a_text_model_offline(tmp_path):
     import torch
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.text.scorer import TextScorer
+    from empathic_fusion.scoring.text import TextScorer
     from empathic_fusion.text.synthetic import make_text_table
     from empathic_fusion.utils.compose import compose_config
 

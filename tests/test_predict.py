@@ -198,8 +198,8 @@ def test_predict_builds_the_previous_turns_of_the_shipped_text_recipe_from_the_r
     scored, and the test fold's rows get the test report's predictions, so previous_turns was built as in
     training (from conv_id and exchange_number), not left empty."""
     from empathic_fusion.scoring.command import run_predict
-    from empathic_fusion.text.data import PREVIOUS_TURNS
-    from empathic_fusion.text.scorer import TextScorer
+    from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS
+    from empathic_fusion.scoring.text import TextScorer
     from empathic_fusion.utils.compose import compose_config
 
     run, table = conversation_run

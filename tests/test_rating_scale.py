@@ -177,7 +177,7 @@ def test_the_report_cuts_at_four_and_lists_ratings_on_one_to_seven(seven_run):
 
 
 def test_the_checkpoint_carries_the_scale_and_its_card_shows_mse_on_it(seven_run):
-    from empathic_fusion.models.card import fusion_card
+    from empathic_fusion.evaluation.card import fusion_card
     from empathic_fusion.models.checkpoints import load_module, read_checkpoint
 
     model = load_module(seven_run["ckpt"], kind="fusion")
@@ -216,7 +216,7 @@ def test_predict_maps_back_onto_one_to_seven_without_the_training_dataset(seven_
 
 
 def test_predict_refuses_ratings_on_another_scale_than_the_model(seven_run, tmp_path):
-    from empathic_fusion.models.card import fusion_card
+    from empathic_fusion.evaluation.card import fusion_card
     from empathic_fusion.models.checkpoints import load_module, read_checkpoint
     from empathic_fusion.scoring.fusion import score_dataset
 
@@ -241,7 +241,7 @@ def test_evaluate_checks_the_threshold_against_the_checkpoints_scale(seven_run, 
 
 
 def test_an_old_checkpoint_without_a_recorded_scale_reads_as_one_to_five():
-    from empathic_fusion.models.card import fusion_card
+    from empathic_fusion.evaluation.card import fusion_card
     from empathic_fusion.models.checkpoints import load_module, read_checkpoint
 
     path = FORMAT2 / "fusion_lf_lstm.ckpt"

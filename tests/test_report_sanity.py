@@ -15,7 +15,7 @@ import torch
 
 from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE, evaluate_conditions, markdown, summarize
 from empathic_fusion.evaluation.report import sanity_check, write_test_report
-from empathic_fusion.models.card import fusion_card
+from empathic_fusion.evaluation.card import fusion_card
 
 
 def test_sanity_check_names_what_the_model_fails_on():

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from empathic_fusion.text import baselines
-from empathic_fusion.text.data import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
+from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
 from empathic_fusion.text.perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
 from empathic_fusion.text.synthetic import make_text_table
 
@@ -127,7 +127,7 @@ def test_baselines_on_planted_signal():
 def test_a_utf16_table_from_excel_reads_as_its_utf8_copy_and_latin1_is_refused_with_line_and_byte(tmp_path):
     """Excel's "Unicode text" and "CSV UTF-8" exports read alike (pandas alone read neither UTF-16 nor the BOM
     as text); Latin-1 stops with the table, line and byte instead of a UnicodeDecodeError traceback."""
-    from empathic_fusion.text.data import TextTableError
+    from empathic_fusion.datamodules.text_table import TextTableError
 
     table = pd.DataFrame({"text": ["I hear you.", "Ça va mieux, merci"], "empathy": [4.0, 2.5]})
     utf8 = tmp_path / "table.csv"

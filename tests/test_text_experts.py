@@ -90,7 +90,7 @@ def test_embedding_expert_expands_to_one_ridge_per_field_each_reading_its_column
 
 def test_fine_tuned_encoder_with_an_embedding_expert_is_refused_with_the_fix():
     from empathic_fusion.core.sentence_encoder import SentenceEncoder
-    from empathic_fusion.text.model import TextRegressor
+    from empathic_fusion.models.text_module import TextRegressor
 
     with pytest.raises(ValueError, match="needs a frozen encoder.*TfidfRidgeExpert"):
         TextRegressor(["text"], 1, SentenceEncoder(trainable_layers=1), experts=[EmbeddingRidgeExpert()])

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from empathic_fusion.text.perturb import PERTURBATIONS
-from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.scoring.text import TextScorer
 from empathic_fusion.text.synthetic import make_text_table
 from empathic_fusion.utils import PROJECT_ROOT
 

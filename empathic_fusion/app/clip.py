@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from empathic_fusion.core.errors import UserError
-from empathic_fusion.models.card import ModelCard, fusion_card
+from empathic_fusion.evaluation.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.datamodules.windows import window_ends
@@ -34,13 +34,7 @@ from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.metrics import aggregate_by_rating
-from empathic_fusion.models.checkpoints import (
-    WrongKindError,
-    load_module,
-    metrics_note,
-    read_checkpoint,
-    resolve_checkpoint,
-)
+from empathic_fusion.models.checkpoints import WrongKindError, module_from, open_checkpoint
 from empathic_fusion.models.predict import predict
 from empathic_fusion.scoring.fusion import missing_statistics, predict_datamodule
 
@@ -91,12 +85,13 @@ class ClipScorer:
     """A fusion checkpoint ready to score clips: model, its data config, model card and upload limit."""
 
     def __init__(self, ckpt_path: str | Path, max_upload_mb: float = 2048.0, accelerator: str = "cpu"):
-        self.ckpt_path = resolve_checkpoint(ckpt_path)
         try:
-            self.model = load_module(self.ckpt_path, kind="fusion").eval()
+            opened = open_checkpoint(ckpt_path, kind="fusion")  # read once: the model and its card
         except WrongKindError as error:
             raise WrongKindError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
-        self.card: ModelCard = fusion_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
+        self.ckpt_path = opened.path
+        self.model = module_from(opened).eval()
+        self.card: ModelCard = fusion_card(opened.path, opened.data, opened.metrics_note)
         run_config = self.model.hparams.run_config
         missing = missing_statistics(self.model)
         if missing:

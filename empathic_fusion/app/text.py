@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from empathic_fusion.models.card import ModelCard, interval_bounds, text_card
+from empathic_fusion.evaluation.card import ModelCard, interval_bounds, text_card
 from empathic_fusion.core.language import detect_language, is_untrained_language
-from empathic_fusion.models.checkpoints import WrongKindError, metrics_note, read_checkpoint, resolve_checkpoint
-from empathic_fusion.text.data import PREVIOUS_TURNS, join_turns
-from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.models.checkpoints import WrongKindError, module_from, open_checkpoint
+from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS, join_turns
+from empathic_fusion.scoring.text import TextScorer
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,13 @@ class TextModel:
     """A text checkpoint (or a run folder's best one), its scorer and its model card."""
 
     def __init__(self, path: str | Path, accelerator: str = "cpu"):
-        self.ckpt_path = resolve_checkpoint(path)
         try:
-            self.scorer = TextScorer.load(self.ckpt_path, accelerator)
+            opened = open_checkpoint(path, kind="text")  # read once: the model and its card
         except WrongKindError as error:
             raise WrongKindError(f"{error}: a fusion checkpoint goes to ckpt_path=") from None
-        self.card: ModelCard = text_card(self.ckpt_path, read_checkpoint(self.ckpt_path), metrics_note(self.ckpt_path))
+        self.ckpt_path = opened.path
+        self.scorer = TextScorer(module_from(opened), accelerator)
+        self.card: ModelCard = text_card(opened.path, opened.data, opened.metrics_note)
 
     @property
     def inputs(self) -> list[str]:
@@ -80,7 +81,7 @@ class TextModel:
 
     def row_fields(self, texts: dict[str, str], earlier_turns: Sequence[str] = ()) -> dict[str, list[str]]:
         """One row's fields as the model reads them: the typed texts, and `previous_turns` built from the
-        conversation's earlier turns (oldest first) by the rule training used (text/data.py `join_turns`)."""
+        conversation's earlier turns (oldest first) by the rule training used (datamodules/text_table.py `join_turns`)."""
         fields = {f: [texts.get(f) or ""] for f in self.inputs}
         if self.context_turns > 0:
             turns = [t.strip() for t in earlier_turns if t and t.strip()]

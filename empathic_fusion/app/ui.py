@@ -1,6 +1,6 @@
 """The Gradio app: a Text tab for a text model, a Clip tab for a fusion checkpoint (either or both).
 
-Each tab shows its model card (empathic_fusion/models/card.py), a banner when the model was trained on
+Each tab shows its model card (empathic_fusion/evaluation/card.py), a banner when the model was trained on
 generated data, a warning when its test report found it no better than the constant training mean, scores clipped to the label scale (saying when a raw score was outside it) and the
 split-conformal interval the run calibrated on its validation split (empathic_fusion/evaluation/conformal.py).
 Uploads are files on disk that Gradio streams there (refused past `max_upload_mb` while uploading); the
@@ -22,7 +22,7 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
-from empathic_fusion.models.card import FUSION_OUTPUT, ModelCard  # noqa: E402
+from empathic_fusion.evaluation.card import FUSION_OUTPUT, ModelCard  # noqa: E402
 from empathic_fusion.app.clip import ClipError, ClipScorer  # noqa: E402
 from empathic_fusion.app.text import Score, TextModel, append_flag, persona_inputs  # noqa: E402
 from empathic_fusion.evaluation.plots import empathy_timeline, save_figure  # noqa: E402

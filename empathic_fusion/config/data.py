@@ -84,9 +84,9 @@ class FusionDataConfig:
 
 @dataclass
 class TextDataConfig:
-    """TextDataModule (empathic_fusion/text/datamodule.py): one grouped cross-validation fold of a table."""
+    """TextDataModule (empathic_fusion/datamodules/text_datamodule.py): one grouped cross-validation fold of a table."""
 
-    _target_: str = "empathic_fusion.text.datamodule.TextDataModule"
+    _target_: str = "empathic_fusion.datamodules.text_datamodule.TextDataModule"
     name: str = "text"
     path: str = MISSING                          # CSV / TSV / JSONL
     text_columns: List[str] = MISSING            # the scored text first; more columns are encoded as further fields

@@ -106,9 +106,9 @@ class RobustnessConfig:
 
 @dataclass
 class TextModelConfig:
-    """TextEmpathyModule (empathic_fusion/text/model.py): a text net over the fields of a table."""
+    """TextEmpathyModule (empathic_fusion/models/text_module.py): a text net over the fields of a table."""
 
-    _target_: str = "empathic_fusion.text.model.TextEmpathyModule"
+    _target_: str = "empathic_fusion.models.text_module.TextEmpathyModule"
     net: Any = MISSING                           # {_target_: TextRegressor, encoder, head, experts, ...}
     optimizer: Dict[str, Any] = MISSING          # conf/optimizer; its lr is the head's
     scheduler: Optional[Dict[str, Any]] = None   # or a conf/scheduler entry: defaults [/scheduler@scheduler: step_lr]

@@ -1,12 +1,17 @@
 """What every datamodule offers the pipeline, the LightningModules and the scorers.
 
 `EmpathyDataModule` (sessions in the dataset contract, datamodules/empathy_datamodule.py) and
-`TextDataModule` (a table of texts, text/datamodule.py) both implement it; `build_datamodule`
-(models/base.py) returns one, and nothing downstream asks which of the two it has.
+`TextDataModule` (a table of texts, datamodules/text_datamodule.py) both implement it; `build_datamodule`
+(models/base.py) returns one, and nothing downstream asks which of the two it has. `FusionData` adds what
+a fusion model reads of its datamodule once it is set up (the fusion module checks for it instead of probing
+attributes one by one).
 """
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
+
+import pandas as pd
+import torch
 
 from torch.utils.data import DataLoader
 
@@ -37,3 +42,13 @@ class EmpathyData(Protocol):
     def test_dataloader(self) -> DataLoader: ...
 
     def predict_dataloader(self) -> DataLoader: ...
+
+
+@runtime_checkable
+class FusionData(EmpathyData, Protocol):
+    """A set-up datamodule of windows of sessions, as the fusion module reads it."""
+
+    input_dims: dict[str, int]  # per-frame width of each modality, and of "story" and "traits"
+    stats: dict[str, tuple[torch.Tensor, torch.Tensor]]  # training-split mean and std per normalised modality
+    train_target_mean: float  # the training windows' mean target (the constant baseline, the `mean` head)
+    ratings: pd.DataFrame  # one row per self-rating: session, participant, story (the report's tables)

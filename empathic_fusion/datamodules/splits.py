@@ -2,7 +2,7 @@
 conversation) is never split between train, validation and test.
 
 The fusion data splits participants (`split_participants`, persisted with a hash by `load_or_create_split`
-so runs can cite them; `participant_folds` for K-fold); the text tables (empathic_fusion/text/data.py)
+so runs can cite them; `participant_folds` for K-fold); the text tables (empathic_fusion/datamodules/text_table.py)
 split rows grouped by their group column with the same `group_folds` and `group_holdout`.
 """
 from __future__ import annotations

@@ -38,6 +38,13 @@ def check_attributes(names: list[str], available: list[str], source: str) -> Non
                            f"available: {list(available)}"])
 
 
+def check_groups(module: Any, datamodule: Any, evaluation: dict[str, Any]) -> None:
+    """An unknown `evaluation.groups` attribute of a module's data (its `group_attributes`) is a ConfigError
+    listing the available ones: before the report's bootstrap, and in train.py before training."""
+    if evaluation.get("groups"):
+        check_attributes(list(evaluation["groups"]), *module.group_attributes(datamodule))
+
+
 def _numeric(values: pd.Series) -> pd.Series | None:
     """The values as numbers when every non-missing one is a number, else None (categorical)."""
     numbers = pd.to_numeric(values, errors="coerce")

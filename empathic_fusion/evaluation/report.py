@@ -1,6 +1,6 @@
-"""The one test report of every model, written by its module's `report()` hook after testing
-(models/base.py): `write_test_report` prints the table (the model next to its baselines) and writes
-test_metrics.json / .md / .csv and test_predictions.csv, the files `evaluate.py sweep_dir=` reads.
+"""The one test report of every model, written after testing by the model kind's report
+(evaluation/reports.py: fusion_report.py, text_report.py): `write_test_report` prints the table (the
+model next to its baselines) and writes test_metrics.json / .md / .csv and test_predictions.csv, the files `evaluate.py sweep_dir=` reads.
 Rating-level data (fusion windows averaged per self-rating) adds, through `build_report`, the
 thresholds, per-participant breakdown, participant-bootstrap CIs and plots.
 
@@ -38,7 +38,7 @@ from empathic_fusion.metrics import (METRIC_NAMES, aggregate_by_rating, choose_t
 
 log = logging.getLogger(__name__)
 MSE_SCALE = "rating"  # test_metrics.json "mse_scale": MSE and MAE are on the rating (label) scale; reports before it
-#                       held a fusion model's on the cosine scale (models/card.py reads both)
+#                       held a fusion model's on the cosine scale (evaluation/card.py reads both)
 NEARLY_CONSTANT = 0.25  # predictions whose sd is under this share of the ratings' sd are "nearly constant"
 
 

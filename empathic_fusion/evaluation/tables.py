@@ -17,18 +17,20 @@ from empathic_fusion.metrics import LOWER_IS_BETTER, METRIC_NAMES, PAPER_SYMBOLS
 
 NO_REFERENCE = "n/a (r(none) ≤ 0)"  # a ratio over r with nothing missing that is not above 0
 
-# Rows in the paper's order; unknown models and modality subsets follow alphabetically.
-MODEL_DISPLAY = {"AMER": "AMER", "TFN": "TFN", "EFLSTM": "EF-LSTM", "LFLSTM": "LF-LSTM",
-                 "StorySimilarity": "Story similarity (SBERT)", "MeanBaseline": "Train mean"}
+# Rows in the paper's order (models: their registered `paper_rank`); other models and modality subsets follow
+# alphabetically.
 MODALITY_ORDER = ("t", "v+a", "v+t", "a+t", "v+a+t", "v", "a")
 LATEX_SYMBOLS = {"pearson": "$r$", "spearman": r"$\rho$", "accuracy": "Acc", "f1": "$F1$", "mse": "MSE",
                  "mae": "MAE", "ccc": "CCC"}
 
 
 def model_display_name(target: str) -> str:
-    """Paper name for a net's `_target_` (or class name); unknown classes keep their class name."""
-    name = target.rsplit(".", 1)[-1]
-    return MODEL_DISPLAY.get(name, name)
+    """Paper name for a net's `_target_` (or registered name), as its registration gives it; unknown classes
+    keep their class name. (The models are imported when a name is asked for, not with this module: the
+    sweep's tables callback loads without torch.)"""
+    from empathic_fusion.models import display_name
+
+    return display_name(target)
 
 
 def _order(values: pd.Series, preferred: tuple[str, ...]) -> pd.Series:
@@ -47,8 +49,9 @@ def aggregate_runs(runs: pd.DataFrame, metrics: tuple[str, ...] = METRIC_NAMES) 
     summary = grouped[list(metrics)].mean().add_suffix("_mean")
     std = grouped[list(metrics)].std(ddof=1).fillna(0.0).add_suffix("_std")
     summary = summary.join(std).join(grouped.size().rename("n_runs")).reset_index()
-    model_rank = {v: i for i, v in enumerate(MODEL_DISPLAY.values())}
-    summary["_m"] = summary["model"].map(lambda v: (model_rank.get(v, len(model_rank)), v))
+    from empathic_fusion.models import display_rank
+
+    summary["_m"] = summary["model"].map(display_rank)
     summary["_s"] = _order(summary["modality"], MODALITY_ORDER)
     summary = summary.sort_values(["_m", "_s"]).drop(columns=["_m", "_s"]).reset_index(drop=True)
     columns = ["model", "modality"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")] + ["n_runs"]

@@ -25,7 +25,7 @@ from empathic_fusion.models.components.pooling import masked_mean
 WIDTHS = {"video": (4, 3, 2), "audio": (8, 4, 2), "text": (4, 2)}
 
 
-@register_model("amer")
+@register_model("amer", module="fusion", display="AMER", paper_rank=0)
 class AMER(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], d_e: int = 128):
         super().__init__()

@@ -1,5 +1,5 @@
 """The base of every model's LightningModule: fusion nets (models/empathy_module.py) and text models
-(text/model.py) train, test, save and report through it, so the pipeline has one path for all.
+(models/text_module.py) train, test and save through it, so the pipeline has one path for all.
 
 Every module is built the same way (`empathic_fusion.pipeline.train`):
 `hydra.utils.instantiate(cfg.model, data_info=datamodule.fitted_state(), run_config=..., _recursive_=False)`,
@@ -15,13 +15,14 @@ owns
   models/checkpoints.py rebuilds any checkpoint, and moving a class does not break it), its format,
   when and from which commit it was written, the datamodule's `describe()` ("data") and the
   subclass's `describe()`,
-- `predict_step`, and the `report()` hook the pipeline calls after testing.
+- `predict_step`.
+Modules learn and log; the test report is evaluation's (empathic_fusion/evaluation/reports.py), which the
+pipeline calls after testing with the module and its datamodule.
 """
 from __future__ import annotations
 
 import warnings
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -31,7 +32,6 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 
 from empathic_fusion.core.registry import registered_name
 from empathic_fusion.datamodules.protocol import EmpathyData
-from empathic_fusion.evaluation.groups import check_attributes
 from empathic_fusion.utils.loggers import git_commit
 
 # The module's transfer_batch_to_device below is meant to serve every datamodule (ours keep the default hook);
@@ -53,8 +53,8 @@ def build_module(model_cfg: dict[str, Any], data_info: dict[str, Any],
 
 
 class EmpathyLightningModule(L.LightningModule):
-    """Shared training, checkpoint and report plumbing; subclasses define the net, the step and
-    `describe()`, `epoch_end()` and `report()`.
+    """Shared training and checkpoint plumbing; subclasses define the net, the step, `describe()` and
+    `epoch_end()`.
 
     `collected_keys` names the tensors a subclass collects per stage with `collect` (read back,
     gathered and reset, by `collected_outputs`)."""
@@ -97,20 +97,9 @@ class EmpathyLightningModule(L.LightningModule):
     def epoch_end(self, stage: str, outputs: dict[str, torch.Tensor]) -> None:
         """Metrics of one stage's collected outputs (called once per epoch, only when there are some)."""
 
-    def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
-               loggers: list | tuple = ()) -> dict[str, Any]:
-        """Write the test report of the last `trainer.test` (empathic_fusion/evaluation/report.py)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define report()")
-
     def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
         """The attributes `evaluation.groups` may name for this model's data, and where they come from."""
         return [], f"{type(self).__name__}'s data"
-
-    def check_groups(self, datamodule: L.LightningDataModule, evaluation: dict[str, Any]) -> None:
-        """An unknown `evaluation.groups` attribute is a ConfigError listing the available ones (before the
-        report's bootstrap, and in train.py before training)."""
-        if evaluation.get("groups"):
-            check_attributes(list(evaluation["groups"]), *self.group_attributes(datamodule))
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
                               split: str, test_csv: str | None = None,

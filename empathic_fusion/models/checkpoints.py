@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ import torch
 from empathic_fusion.core.errors import MissingFileError, UserError
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, registered_name
 
-# the fusion module and nets register their names on import (the text ones with empathic_fusion.text)
-from empathic_fusion.models import amer, ef_lstm, empathy_module, lf_lstm, mean_baseline, story_similarity, tfn  # noqa: F401
 from empathic_fusion.models.base import HEADER_FORMAT, HEADER_KEY, EmpathyLightningModule
 
 log = logging.getLogger(__name__)
@@ -59,14 +58,17 @@ def _here(saved: str, folder: Path) -> Path | None:
     return None
 
 
-def best_checkpoint(folder: Path) -> Path:
-    """The monitored best checkpoint of a run's checkpoints folder."""
+def best_checkpoint(folder: Path, known: dict[Path, dict[str, Any]] | None = None) -> Path:
+    """The monitored best checkpoint of a run's checkpoints folder (`known`: checkpoints already read,
+    by path, which are not read again)."""
     files = list(folder.glob("*.ckpt"))
     if not files:
         raise MissingFileError(f"no .ckpt file in {folder} (train.py writes <run>/checkpoints/*.ckpt)")
     newest_first = sorted(files, key=lambda p: (p.name != "last.ckpt", -p.stat().st_mtime))
+    known = known or {}
     for path in newest_first:
-        for state, mode in _monitored_states(read_checkpoint(path)):
+        checkpoint = known.get(path)
+        for state, mode in _monitored_states(read_checkpoint(path) if checkpoint is None else checkpoint):
             best = _here(str(state.get("best_model_path") or ""), folder) if state.get("best_model_path") else None
             if best is not None:
                 return best
@@ -95,11 +97,12 @@ def resolve_checkpoint(path: str | Path) -> Path:
     return best_checkpoint(folder)
 
 
-def metrics_note(path: Path) -> str:
-    """Says so when the served checkpoint is not the run's best, whose test metrics the card shows."""
+def metrics_note(path: Path, checkpoint: dict[str, Any] | None = None) -> str:
+    """Says so when the served checkpoint (`checkpoint`: its dict, when already read) is not the run's best,
+    whose test metrics the card shows."""
     folder = path.parent
     try:
-        best = best_checkpoint(folder)
+        best = best_checkpoint(folder, {path: checkpoint} if checkpoint is not None else None)
     except (FileNotFoundError, ValueError):
         return ""
     if best.resolve() == path.resolve():
@@ -132,25 +135,53 @@ def read_header(path: str | Path) -> dict[str, Any]:
     return checkpoint_header(read_checkpoint(path), path)
 
 
-def load_module(path: str | Path, kind: str | None = None) -> EmpathyLightningModule:
-    """A checkpoint (a file, or a run folder's best) rebuilt as the module its header names, on the CPU.
-    `kind` ('fusion' or 'text'): a checkpoint of another kind raises WrongKindError before anything is built."""
-    path = resolve_checkpoint(path)
-    checkpoint = read_checkpoint(path)
-    header = checkpoint_header(checkpoint, path)
+@dataclass
+class OpenedCheckpoint:
+    """A checkpoint read once for everything a server, scorer or evaluation needs of it: the file (a run
+    folder's best), its dict (memory-mapped: tensors are read when used), its header, and the note the model
+    card shows when it is not the run's best."""
+
+    path: Path
+    data: dict[str, Any]
+    header: dict[str, Any]
+    from_folder: bool
+
+    @property
+    def metrics_note(self) -> str:
+        return "" if self.from_folder else metrics_note(self.path, self.data)
+
+
+def open_checkpoint(path: str | Path, kind: str | None = None) -> OpenedCheckpoint:
+    """A checkpoint file, or a run folder's best, read once. `kind` ('fusion' or 'text'): a checkpoint of
+    another kind raises WrongKindError."""
+    resolved = resolve_checkpoint(path)
+    checkpoint = read_checkpoint(resolved)
+    header = checkpoint_header(checkpoint, resolved)
+    if kind is not None and header["module"] != kind:
+        raise WrongKindError(f"{resolved} is a {header['module']} checkpoint, not a {kind} one")
+    return OpenedCheckpoint(resolved, checkpoint, header, from_folder=not Path(path).is_file())
+
+
+def module_from(opened: OpenedCheckpoint) -> EmpathyLightningModule:
+    """The module an opened checkpoint's header names, rebuilt from its hyperparameters (`_target_`s brought
+    up to date through the registry) with its weights and state, on the CPU; the file is not read again."""
+    header, checkpoint = opened.header, opened.data
     try:
         cls = model_class(header["module"])
     except KeyError as error:
-        raise ValueError(f"{path}: {error.args[0]} (text checkpoints load once empathic_fusion.text is imported)") from None
+        raise ValueError(f"{opened.path}: {error.args[0]}") from None
     if not (isinstance(cls, type) and issubclass(cls, EmpathyLightningModule)):
-        raise ValueError(f"{path}: header module {header['module']} is not an EmpathyLightningModule")
-    if kind is not None and cls.registered_name != kind:
-        raise WrongKindError(f"{path} is a {cls.registered_name} checkpoint, not a {kind} one")
-    hparams = dict(checkpoint.get("hyper_parameters") or {})
-    del checkpoint
-    refreshed = refresh_targets(hparams)
-    if isinstance(refreshed.get("net"), dict) and registered_name(str(header.get("model"))):
-        refreshed["net"]["_target_"] = class_path(model_class(header["model"]))
-    changed = {key: value for key, value in refreshed.items() if value != hparams.get(key)}
-    # weights_only=False: text checkpoints hold fitted vocabularies and ridge coefficients
-    return cls.load_from_checkpoint(path, map_location="cpu", weights_only=False, **changed)
+        raise ValueError(f"{opened.path}: header module {header['module']} is not an EmpathyLightningModule")
+    hparams = refresh_targets(dict(checkpoint.get("hyper_parameters") or {}))
+    if isinstance(hparams.get("net"), dict) and registered_name(str(header.get("model"))):
+        hparams["net"]["_target_"] = class_path(model_class(header["model"]))
+    module = cls(**hparams)
+    module.on_load_checkpoint(checkpoint)
+    module.load_state_dict(checkpoint["state_dict"])
+    return module
+
+
+def load_module(path: str | Path, kind: str | None = None) -> EmpathyLightningModule:
+    """A checkpoint (a file, or a run folder's best) rebuilt as the module its header names, on the CPU.
+    `kind` ('fusion' or 'text'): a checkpoint of another kind raises WrongKindError before anything is built."""
+    return module_from(open_checkpoint(path, kind))

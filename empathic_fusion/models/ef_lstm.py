@@ -18,7 +18,7 @@ from empathic_fusion.models.components.encoders import MaskedLSTMEncoder
 from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 
 
-@register_model("ef_lstm")
+@register_model("ef_lstm", module="fusion", display="EF-LSTM", paper_rank=2)
 class EFLSTM(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_size: int = 128,
                  num_layers: int = 4, dropout: float = 0.5):

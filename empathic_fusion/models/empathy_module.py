@@ -20,7 +20,6 @@ fix it, instead of a shape error deep inside an encoder.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -32,14 +31,10 @@ from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
+from empathic_fusion.datamodules.protocol import FusionData
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
-from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
-from empathic_fusion.evaluation.groups import group_results
-from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report import (build_report, format_ci, predict_split, sanity_check, settings,
-                                               write_test_report)
-from empathic_fusion.metrics import METRIC_NAMES, aggregate_by_rating, empathy_metrics, model_loss
+from empathic_fusion.metrics import aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
 
@@ -170,13 +165,14 @@ class EmpathyModule(EmpathyLightningModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        input_dims = getattr(datamodule, "input_dims", None)
-        if input_dims:  # fail before the first batch when the datamodule already knows its dims
-            self.check_input_dims(input_dims, getattr(datamodule, "modalities", None))
-        stats = getattr(datamodule, "stats", None)
-        if stats:  # kept with the weights: a new clip (serve.py) is z-scored like the training split
-            self.normalization = {m: (torch.as_tensor(mean), torch.as_tensor(std)) for m, (mean, std) in stats.items()}
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        if not isinstance(datamodule, FusionData):  # a module used outside a trainer, or a datamodule of one's own
+            return
+        # fail before the first batch: the datamodule knows its dims
+        self.check_input_dims(datamodule.input_dims, datamodule.modalities)
+        if datamodule.stats:  # kept with the weights: a new clip (serve.py) is z-scored like the training split
+            self.normalization = {m: (torch.as_tensor(mean), torch.as_tensor(std))
+                                  for m, (mean, std) in datamodule.stats.items()}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -201,11 +197,11 @@ class EmpathyModule(EmpathyLightningModule):
     def on_fit_start(self) -> None:
         fit = getattr(self.head, "fit", None)
         if fit is not None:  # a closed-form head (the constant baseline): set it from the training split
-            mean = getattr(getattr(self.trainer, "datamodule", None), "train_target_mean", None)
-            if mean is None:
+            datamodule = self.trainer.datamodule
+            if not isinstance(datamodule, FusionData):
                 raise RuntimeError(f"head '{self.hparams.head}' is set from the datamodule's train_target_mean; "
-                                   "fit with a datamodule that has it")
-            fit(mean)
+                                   "fit with a datamodule that has it (datamodules/protocol.py FusionData)")
+            fit(datamodule.train_target_mean)
 
     def on_train_start(self) -> None:
         if self.modality_dropout:  # its own stream: the global one (shuffling, dropout) draws as without it
@@ -254,62 +250,3 @@ class EmpathyModule(EmpathyLightningModule):
 
     def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
         return list(datamodule.dataset.participants.columns), "participants.csv"
-
-    def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
-               loggers: list | tuple = ()) -> dict[str, Any]:
-        """Per window and per rating, next to the train-mean constant baseline; predictions with
-        session, participant and story, the per-participant breakdown, bootstrap CIs and plots.
-
-        `evaluation` (conf/evaluation) sets the Acc/F1 threshold (`threshold_rating`; mode `fixed`,
-        or `validation`: the prediction cutoff that maximises F1 on the validation split), the
-        participant resamples for the CIs and whether to draw plots (empathic_fusion/evaluation/report.py).
-        """
-        config = settings(evaluation)
-        scale = self.rating_scale
-        threshold_rating = self.threshold_rating(config)
-        threshold = float(scale.to_target(threshold_rating))
-        predictions = self.test_predictions
-        self.check_groups(datamodule, config)  # before the bootstrap
-        val_predictions = predict_split(self, datamodule.val_dataloader())  # threshold and interval calibration
-        report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
-                              val_predictions, loggers, scale=scale)
-        results = report["results"]
-        with warnings.catch_warnings():  # a constant's correlation is undefined; reported as 0 by design
-            warnings.simplefilter("ignore")
-            constant = {level: torch.full_like(predictions[f"{level}_target"], datamodule.train_target_mean)
-                        for level in ("window", "rating")}
-            baseline = {level: {**empathy_metrics(constant[level], predictions[f"{level}_target"], threshold,
-                                                  half_range=scale.half_range),
-                                "loss": model_loss(constant[level], predictions[f"{level}_target"])}
-                        for level in ("window", "rating")}
-        rows = {f"{self.title} (per window)": results["window"], f"{self.title} (per rating)": results["rating"],
-                "constant train mean (per window)": baseline["window"],
-                "constant train mean (per rating)": baseline["rating"]}
-        ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
-        datasets = getattr(datamodule, "datasets", {})
-        in_sample = datasets.get("test") is datasets.get("val")  # evaluate.py split=val
-        intervals = fusion_intervals(predictions, val_predictions, scale.to_rating, float(config["interval_coverage"]),
-                                     in_sample)
-        summary = {"model": results, "constant_baseline": baseline, "thresholds": report["thresholds"],
-                   "ci": report["ci"], "confidence": float(config["confidence"]), "participants": report["participants"],
-                   "intervals": intervals}
-        notes = "\n\n".join(filter(None, [ci_table, format_intervals(intervals)]))
-        if config["groups"]:
-            rated = report["tables"]["rating"]
-            attributes = datamodule.dataset.participants[config["groups"]].reindex(rated["participant_id"])
-            summary["groups"], group_table = group_results(rated, attributes.set_index(rated.index), config,
-                                                           scale, out_dir, f"the {scale} rating scale", loggers)
-            notes = "\n\n".join(filter(None, (notes, group_table)))
-        if config["missing_modalities"]:  # the test split again with modalities removed and frames dropped
-            missing = missing_modality_report(self, datamodule.test_dataloader(), self.modalities, out_dir, config,
-                                              loggers, scale.half_range)
-            summary["missing_modalities"] = missing["summary"]
-            notes = "\n\n".join(filter(None, (notes, missing["table"])))
-        heading = (f"Test metrics ({datamodule.scenario}, modalities {'+'.join(datamodule.modalities)}; "
-                   f"ratings {scale}, Acc/F1: above {threshold_rating:g} counts as empathized; "
-                   f"MSE on the {scale} rating scale; the training loss, MSE on the model's scale "
-                   f"(rating-{scale.midpoint:g})/{scale.half_range:g}, is `loss` in test_metrics.json)")
-        rated = report["tables"]["rating"]
-        sanity = sanity_check(results["rating"], baseline["rating"], f"the {scale} rating scale",
-                              rated["predicted"].to_numpy(float), rated["rated"].to_numpy(float))
-        return write_test_report(out_dir, heading, rows, summary, notes=notes, sanity=sanity)

@@ -13,7 +13,7 @@ from torch import nn
 from empathic_fusion.core.registry import register_model
 
 
-@register_model("mean")
+@register_model("mean", module="fusion", display="Train mean", paper_rank=5)
 class MeanBaseline(nn.Module):
     required_head = "constant"
 

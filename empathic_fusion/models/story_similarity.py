@@ -12,7 +12,7 @@ from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.pooling import masked_mean
 
 
-@register_model("story_similarity")
+@register_model("story_similarity", module="fusion", display="Story similarity (SBERT)", paper_rank=4)
 class StorySimilarity(nn.Module):
     required_head = "cosine"
 

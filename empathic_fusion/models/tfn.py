@@ -59,7 +59,7 @@ class TextSubNet(nn.Module):
         return self.linear(self.drop(self.lstm(x, mask, lengths)))
 
 
-@register_model("tfn")
+@register_model("tfn", module="fusion", display="TFN", paper_rank=1)
 class TFN(nn.Module):
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_sizes: dict[str, int],
                  text_out: int = 64, dropouts: dict[str, float] | None = None, post_fusion_dim: int = 32,

@@ -24,9 +24,8 @@ from omegaconf import DictConfig
 
 from empathic_fusion.config import validate
 from empathic_fusion.core.files import atomic_write_text
-from empathic_fusion.models.card import ModelCard, fusion_card, text_card
-from empathic_fusion.models.checkpoints import (WrongKindError, checkpoint_header, metrics_note, read_checkpoint,
-                                                resolve_checkpoint)
+from empathic_fusion.evaluation.card import ModelCard, fusion_card, text_card
+from empathic_fusion.models.checkpoints import OpenedCheckpoint, WrongKindError, module_from, open_checkpoint
 from empathic_fusion.utils.run_output import shown, what_now
 
 log = logging.getLogger(__name__)
@@ -62,11 +61,11 @@ def _write_csv(table, path: Path) -> None:
     atomic_write_text(path, table.to_csv(index=False))
 
 
-def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
-    from empathic_fusion.models.checkpoints import load_module
+def _predict_dataset(cfg: DictConfig, opened: OpenedCheckpoint, card: ModelCard, out_dir: Path) -> tuple[int, int]:
     from empathic_fusion.scoring.fusion import score_dataset
 
-    model = load_module(ckpt, kind="fusion").eval()
+    model = module_from(opened).eval()
+    ckpt = opened.path
     dataset_dir = Path(cfg.data.dataset_dir)
     store_dir = Path(cfg.data.store_dir) if cfg.data.store_dir else default_store(cfg.paths.data_dir, dataset_dir)
     log.info("scoring %s with %s (features in %s)", dataset_dir, ckpt, store_dir)
@@ -86,12 +85,11 @@ def _predict_dataset(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path
     return scores.scored, len(unscored)
 
 
-def _predict_table(cfg: DictConfig, ckpt: Path, card: ModelCard, out_dir: Path) -> tuple[int, int]:
-    import empathic_fusion.text  # noqa: F401  (registers the text module)
+def _predict_table(cfg: DictConfig, opened: OpenedCheckpoint, card: ModelCard, out_dir: Path) -> tuple[int, int]:
     from empathic_fusion.scoring.table import score_table
-    from empathic_fusion.text.scorer import TextScorer
+    from empathic_fusion.scoring.text import TextScorer
 
-    scorer = TextScorer.load(ckpt, cfg.accelerator)
+    scorer = TextScorer(module_from(opened), cfg.accelerator)
     table = score_table(scorer, card, Path(cfg.data.path), bool(cfg.progress))
     _write_csv(table, out_dir / PREDICTIONS)
     unscored = table[table.status != "scored"]
@@ -109,7 +107,7 @@ class Kind:
     key: str
     what: str
     card: Callable[..., ModelCard]
-    score: Callable[[DictConfig, Path, ModelCard, Path], tuple[int, int]]
+    score: Callable[[DictConfig, OpenedCheckpoint, ModelCard, Path], tuple[int, int]]
 
 
 KINDS = {"fusion": Kind("dataset_dir", "dataset folder", fusion_card, _predict_dataset),
@@ -119,9 +117,8 @@ KINDS = {"fusion": Kind("dataset_dir", "dataset folder", fusion_card, _predict_d
 def run_predict(cfg: DictConfig) -> PredictResult:
     """Score `data.dataset_dir` (fusion checkpoint) or `data.path` (text checkpoint) with `ckpt_path`."""
     validate(cfg)
-    ckpt = resolve_checkpoint(cfg.ckpt_path)
-    checkpoint = read_checkpoint(ckpt)
-    kind = checkpoint_header(checkpoint, ckpt)["module"]
+    opened = open_checkpoint(cfg.ckpt_path)  # read once: its kind, its card and its model
+    ckpt, kind = opened.path, opened.header["module"]
     out_dir = Path(cfg.out_dir or cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if kind not in KINDS:
@@ -131,9 +128,8 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     if not cfg.data[this.key] or cfg.data[that.key]:
         raise WrongKindError(f"{ckpt} is a {kind} checkpoint: give data.{this.key}=<{this.what}> "
                              f"(data.{that.key}= is for {other} checkpoints)")
-    card = this.card(ckpt, checkpoint, metrics_note(ckpt))
-    del checkpoint
-    scored, not_scored = this.score(cfg, ckpt, card, out_dir)
+    card = this.card(ckpt, opened.data, opened.metrics_note)
+    scored, not_scored = this.score(cfg, opened, card, out_dir)
     atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
     for note in (card.banner(), card.sanity):  # generated training data; no better than the training mean
         if note:

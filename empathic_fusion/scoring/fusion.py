@@ -25,7 +25,7 @@ import torch
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.datamodules.windows import short_media_note, window_ends
 from empathic_fusion.metrics import aggregate_by_rating
-from empathic_fusion.models.card import FUSION_OUTPUT, FUSION_WINDOW, ModelCard
+from empathic_fusion.evaluation.card import FUSION_OUTPUT, FUSION_WINDOW, ModelCard
 from empathic_fusion.models.empathy_module import EmpathyModule
 from empathic_fusion.models.predict import predict
 

@@ -19,8 +19,8 @@ import pandas as pd
 
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.dataset.contract import EncodingProblem, decode_text
-from empathic_fusion.models.card import ModelCard
-from empathic_fusion.text.scorer import TextScorer
+from empathic_fusion.evaluation.card import ModelCard
+from empathic_fusion.scoring.text import TextScorer
 from empathic_fusion.utils.run_output import warn_data
 
 PREFIX = "predicted_"  # score columns: predicted_<output>, so they never collide with the table's own columns

@@ -1,10 +1,8 @@
-"""Text empathy models: a frozen or partly fine-tuned transformer encoder with one regression output
-per label, stacked ridge experts (TF-IDF, frozen embeddings per field), persona conditioning,
-optional extra branches (TF-IDF), turn-level levels, robustness
-perturbations and an LLM-judge evaluation. Trained on the one path of empathic_fusion/pipeline.py:
-`python train.py experiment=text_empathetic_exchanges` (or data=text_csv model=text_regressor modality=t).
-
-Importing the package registers the text module and its parts (empathic_fusion/core/registry.py), so
-the checkpoint loader can rebuild text checkpoints, as timm's models package registers its models.
+"""What is truly text-specific: the ridge experts and the fine-tuned encoder expert the text model stacks,
+its extra branches (TF-IDF), the baselines its report fits, the perturbations of the robustness report,
+the generated demo table and the LLM judge. The text model itself is a model like the others
+(empathic_fusion/models/text_module.py), its datamodule a datamodule (empathic_fusion/datamodules/), its
+report an evaluation (empathic_fusion/evaluation/text_report.py) and its scorer a scorer
+(empathic_fusion/scoring/text.py): `python train.py experiment=text_empathetic_exchanges` runs on the one
+path of empathic_fusion/pipeline.py.
 """
-from empathic_fusion.text import model  # noqa: F401

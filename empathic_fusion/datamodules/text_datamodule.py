@@ -25,8 +25,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from empathic_fusion.config.data import TextDataConfig
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.metrics import infer_levels
-from empathic_fusion.text.data import (
+from empathic_fusion.datamodules.text_table import (
     PREVIOUS_TURNS,
     PersonaEncoder,
     TextTableSpec,
@@ -53,8 +54,10 @@ class _Rows(Dataset):
 _T = TextDataConfig  # every default of a text table's data config lives in its schema (empathic_fusion/config/data.py)
 
 
+# registered so that the data config of a checkpoint saved before the move (empathic_fusion.text.datamodule) loads
+@register_model("text_table", aliases=("empathic_fusion.text.datamodule.TextDataModule",))
 class TextDataModule(L.LightningDataModule):
-    """Any CSV / JSONL of texts with numeric labels; see empathic_fusion/text/data.py for the column roles."""
+    """Any CSV / JSONL of texts with numeric labels; see empathic_fusion/datamodules/text_table.py for the column roles."""
 
     def __init__(self, path: str | None, text_columns: list[str], label_columns: list[str],
                  group_column: str | None = None, context_columns: list[str] | None = None,

@@ -1,9 +1,9 @@
 """Score new texts with a trained text checkpoint (the Lightning checkpoint train.py writes).
 
-The checkpoint describes itself (empathic_fusion/text/model.py): net and encoder config, fields, labels,
+The checkpoint describes itself (empathic_fusion/models/text_module.py): net and encoder config, fields, labels,
 persona vocabulary and target scaling; a frozen encoder's weights are not in it (they are reloaded
-from the encoder folder, whose identity hash is checked). `serve.py` and the robustness report
-score through `TextScorer`, which runs the module's `predict_step` with the one predict helper
+from the encoder folder, whose identity hash is checked). `serve.py` and `empathic-predict` score
+through `TextScorer`, which runs the module's `predict_step` with the one predict helper
 (empathic_fusion/models/predict.py) over a predict split of the text datamodule
 (`TextDataModule.for_checkpoint`): the batches are built as in training, and so are derived fields
 (`build_fields`: `previous_turns` from a table's group and order columns). Checkpoints are read by the
@@ -17,19 +17,17 @@ import numpy as np
 import pandas as pd
 
 from empathic_fusion.core.errors import MissingFileError
-from empathic_fusion.models.base import EmpathyLightningModule
+from empathic_fusion.datamodules.text_datamodule import TextDataModule
+from empathic_fusion.datamodules.text_table import PersonaEncoder, TextTableError, TextTableSpec, text_fields
 from empathic_fusion.models.checkpoints import load_module
-from empathic_fusion.models.predict import predict
-from empathic_fusion.text.data import PersonaEncoder, TextTableError, TextTableSpec, text_fields
-from empathic_fusion.text.datamodule import TextDataModule
-from empathic_fusion.text.report import OVERALL
+from empathic_fusion.models.predict import predict_texts, text_datamodule
+from empathic_fusion.models.text_module import TextEmpathyModule
 
 
 class TextScorer:
     """Scores texts with a trained module: one score per label plus the overall mean."""
 
-    def __init__(self, module: EmpathyLightningModule, accelerator: str = "cpu"):
-        """`module`: a text module (empathic_fusion/text/model.py's TextEmpathyModule)."""
+    def __init__(self, module: TextEmpathyModule, accelerator: str = "cpu"):
         self.module = module.eval()
         self.accelerator = accelerator
 
@@ -55,7 +53,7 @@ class TextScorer:
     @property
     def spec(self) -> TextTableSpec:
         """The column roles of the training table (which columns the derived fields are built from)."""
-        return TextTableSpec.from_config(self._data_config())
+        return TextTableSpec.from_config(self.module.data_config())
 
     @property
     def input_columns(self) -> list[str]:
@@ -64,19 +62,11 @@ class TextScorer:
 
     @property
     def output_names(self) -> list[str]:
-        names = list(self.module.label_names)
-        return names + [OVERALL] if len(names) > 1 else names
-
-    def _data_config(self) -> dict:
-        """The training run's data config (older checkpoints without one: their fields as text columns)."""
-        info = self.module.hparams.data_info
-        return dict((self.module.hparams.run_config or {}).get("data") or {
-            "text_columns": list(info["fields"]), "label_columns": list(info["labels"]),
-            "persona_columns": list(self.persona.columns), "levels": info.get("levels")})
+        return self.module.output_names
 
     def build_fields(self, table: pd.DataFrame) -> dict[str, list[str]]:
         """Every field the model reads for each row of a table with the raw columns (`input_columns`),
-        derived ones built as training built them (data.py `text_fields`: `previous_turns` from the
+        derived ones built as training built them (datamodules/text_table.py `text_fields`: `previous_turns` from the
         rows of the same group, in order). Raises TextTableError naming the columns it lacks."""
         spec = self.spec
         missing = [c for c in spec.input_columns if c not in table.columns]
@@ -85,20 +75,10 @@ class TextScorer:
         return text_fields(table.reset_index(drop=True), spec)
 
     def datamodule(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> TextDataModule:
-        """The rows as a predict split of the checkpoint's text datamodule; `fields` as the model reads
-        them (derived ones built: `build_fields`); a field left out is empty text, persona left out is 'unknown'."""
-        n = max(len(v) for v in fields.values())
-        rows = pd.DataFrame({f: list(fields.get(f, [""] * n)) for f in self.fields})
-        for column in self.persona.columns:
-            rows[column] = persona[column].to_numpy() if persona is not None and column in persona else None
-        return TextDataModule.for_checkpoint(self._data_config(), self.module.hparams.data_info, rows,
-                                             self.module.frozen_encoder, self.module.net.layer_sets)
+        """The rows as a predict split of the checkpoint's text datamodule (models/predict.py `text_datamodule`)."""
+        return text_datamodule(self.module, fields, persona)
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
               progress: bool = False) -> dict[str, np.ndarray]:
         """Scores for N rows (raw: not clipped to the label scale), through trainer.predict."""
-        pred = predict(self.module, self.datamodule(fields, persona), self.accelerator, progress).numpy()
-        out = {name: pred[:, j] for j, name in enumerate(self.module.label_names)}
-        if len(self.module.label_names) > 1:
-            out[OVERALL] = pred.mean(1)
-        return out
+        return predict_texts(self.module, fields, persona, self.accelerator, progress)

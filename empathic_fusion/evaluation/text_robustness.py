@@ -12,20 +12,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.text.datamodule import TextDataModule
+from empathic_fusion.datamodules.text_datamodule import TextDataModule
+from empathic_fusion.models.predict import predict_texts
+from empathic_fusion.models.text_module import TextEmpathyModule
 from empathic_fusion.text.perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
-from empathic_fusion.text.scorer import TextScorer
 
 
-def robustness_table(scorer: TextScorer, texts: list[str], levels: tuple[float, ...] = (0.1, 0.3, 0.6),
+def robustness_table(module: TextEmpathyModule, texts: list[str], levels: tuple[float, ...] = (0.1, 0.3, 0.6),
                      seed: int = 0, context: dict[str, list[str]] | None = None,
                      persona: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (perturbation, level, output): mean |change|, mean change, share of texts changed.
     Only the scored text (the model's first field) is perturbed; context fields and persona stay."""
     if not texts:
         raise ValueError("the robustness report needs at least one text")
-    context = {k: v for k, v in (context or {}).items() if k != scorer.fields[0]}
-    score = (lambda batch: scorer.score({scorer.fields[0]: batch, **context}, persona))
+    first = module.net.fields[0]
+    context = {k: v for k, v in (context or {}).items() if k != first}
+    score = (lambda batch: predict_texts(module, {first: batch, **context}, persona))
     base = score(texts)
     rows = []
     for name in PERTURBATIONS:
@@ -77,17 +79,16 @@ def write_report(table: pd.DataFrame, out_dir: Path, level: float = 0.3) -> dict
     return paths
 
 
-def robustness_report(scorer: TextScorer, datamodule: TextDataModule, settings: dict[str, Any], seed: int,
+def robustness_report(module: TextEmpathyModule, datamodule: TextDataModule, settings: dict[str, Any], seed: int,
                       out_dir: Path) -> Path | None:
-    """The perturbation report of the tested module (through its scorer) on (up to n_texts of) the
-    test fold's texts."""
+    """The perturbation report of the tested module on (up to n_texts of) the test fold's texts."""
     n_texts = int(settings["n_texts"] or 0)
     if not n_texts or not len(datamodule.test_rows):
         return None
     dm = datamodule
     pick = np.sort(np.random.default_rng(seed).permutation(dm.test_rows)[:n_texts])
     fields = {f: [values[i] for i in pick] for f, values in dm.fields.items()}
-    table = robustness_table(scorer, fields[dm.spec.fields[0]], tuple(settings["levels"]), seed,
+    table = robustness_table(module, fields[dm.spec.fields[0]], tuple(settings["levels"]), seed,
                              context=fields, persona=dm.table.iloc[pick][dm.spec.persona_columns].reset_index(drop=True))
     paths = write_report(table, out_dir, settings["report_level"])
     print(paths["md"].read_text())

@@ -1,30 +1,35 @@
-"""The text-specific rows of the one test report (empathic_fusion/evaluation/report.py): every test
-fold scores the model next to the baselines the project always reports, fitted on the same training
-rows (TF-IDF + ridge, ridge on the frozen encoder's embeddings, the training mean), one row per
-label and the overall mean, with macro-F1 and QWK on levels; the split-conformal intervals per output,
-calibrated on the fold's validation rows (empathic_fusion/evaluation/conformal.py); plus the perturbation
-report.
+"""The test report of a text model: every test fold scores the model next to the baselines the
+project always reports, fitted on the same training rows (TF-IDF + ridge, ridge on the frozen encoder's
+embeddings, the training mean), one row per label and the overall mean, with macro-F1 and QWK on levels;
+the split-conformal intervals per output, calibrated on the fold's validation rows
+(empathic_fusion/evaluation/conformal.py); plus the perturbation report. Written through the one report
+of empathic_fusion/evaluation/report.py.
 
 A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
 experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
+from empathic_fusion.config.data import text_rating_scale
+from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
-from empathic_fusion.evaluation.conformal import calibrate, interval_report
-from empathic_fusion.evaluation.report import predict_loader
-from empathic_fusion.metrics import metrics_with_levels
-from empathic_fusion.models.base import EmpathyLightningModule
+from empathic_fusion.datamodules.text_datamodule import TextDataModule
+from empathic_fusion.dataset.scale import RatingScale
+from empathic_fusion.evaluation.conformal import calibrate, format_intervals, interval_report
+from empathic_fusion.evaluation.groups import check_groups, group_results
+from empathic_fusion.evaluation.report import (format_ci, group_report, predict_loader, sanity_check, settings,
+                                               write_test_report)
+from empathic_fusion.evaluation.text_robustness import robustness_report
+from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metrics_with_levels
+from empathic_fusion.models.text_module import OVERALL, TextEmpathyModule
 from empathic_fusion.text import baselines
-from empathic_fusion.text.datamodule import TextDataModule
-
-OVERALL = "overall"
 
 
 def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:
@@ -39,7 +44,7 @@ def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | 
     return rows
 
 
-def frozen_twin(module: EmpathyLightningModule) -> SentenceEncoder:
+def frozen_twin(module: TextEmpathyModule) -> SentenceEncoder:
     """The frozen encoder (for the embedding baseline): the module's own, or the fine-tuned one's
     pretrained weights loaded afresh."""
     if module.frozen_encoder is not None:
@@ -49,7 +54,7 @@ def frozen_twin(module: EmpathyLightningModule) -> SentenceEncoder:
     return SentenceEncoder(**{**enc, "trainable_layers": 0})
 
 
-def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule, threshold_rating: float,
+def text_report_rows(module: TextEmpathyModule, datamodule: TextDataModule, threshold_rating: float,
                      baselines_cfg: dict[str, Any]) -> dict[str, Any]:
     """The test fold's metrics per output (each label, and their mean as `overall`) for the model
     and the enabled baselines, with the rows' predictions, and the constant training mean's metrics on the
@@ -92,7 +97,7 @@ def text_report_rows(module: EmpathyLightningModule, datamodule: TextDataModule,
             "constant": constant}
 
 
-def validation_predictions(module: EmpathyLightningModule, datamodule: TextDataModule) -> tuple[np.ndarray, np.ndarray]:
+def validation_predictions(module: TextEmpathyModule, datamodule: TextDataModule) -> tuple[np.ndarray, np.ndarray]:
     """Scores and labels (rows x labels) of the validation rows: the intervals' calibration items."""
     if not len(datamodule.val_rows):
         n_labels = len(module.label_names)
@@ -101,7 +106,7 @@ def validation_predictions(module: EmpathyLightningModule, datamodule: TextDataM
     return predicted["pred"].numpy(), predicted["target"].float().numpy()
 
 
-def text_intervals(module: EmpathyLightningModule, datamodule: TextDataModule, coverage: float) -> dict[str, Any]:
+def text_intervals(module: TextEmpathyModule, datamodule: TextDataModule, coverage: float) -> dict[str, Any]:
     """Split-conformal intervals per label and overall, calibrated on the validation rows and checked on
     the test rows; with no validation rows (a table tested whole, `test_all`) every output has none."""
     dm = datamodule
@@ -122,3 +127,56 @@ def text_intervals(module: EmpathyLightningModule, datamodule: TextDataModule, c
         report["note"] = ("the data has no validation rows (a table tested whole): no interval; the intervals "
                           "of a checkpoint come from the test report of its training run")
     return report
+
+
+def text_report(module: TextEmpathyModule, datamodule: TextDataModule, out_dir: Path, evaluation: dict[str, Any],
+                loggers: list | tuple = ()) -> dict[str, Any]:
+    """The test fold's report: model and baselines per label (`outputs`) and overall (`model`,
+    `baselines`), macro-F1 and QWK on levels, bootstrap CIs resampling the groups (writers,
+    conversations) and plots of the overall score, the experts' stack, the data; the
+    perturbation report when `robustness.n_texts` > 0."""
+    config = settings(evaluation)
+    if config["threshold"] != "fixed":
+        raise ValueError(f"evaluation.threshold={config['threshold']}: a text model's report cuts Acc/F1 at "
+                         "evaluation.threshold_rating (evaluation.threshold=fixed)")
+    levels = module.run_config["data"].get("levels")
+    threshold_rating = threshold_rating_on(text_rating_scale(levels), config["threshold_rating"],
+                                           "data.levels" if levels else "the default 1-5 scale")
+    check_groups(module, datamodule, config)  # before the baselines and the bootstrap
+    rows = text_report_rows(module, datamodule, threshold_rating, module.hparams.baselines)
+    main, per_output = rows["main"], rows["per_output"]
+    baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
+    frame = rows["predictions"]
+    # the plots' axes are the labels' levels (configured or inferred); none without them
+    scale = RatingScale(*map(float, module.levels)) if module.levels and module.levels[0] < module.levels[1] else None
+    ci = group_report(frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
+                      threshold_rating, out_dir, config, loggers, scale)
+    summary = {"model": {"rating": per_output[main][module.title]}, "baselines": baseline_results,
+               "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
+               "ci": ci, "confidence": float(config["confidence"]), "stack": module.stack_report,
+               "data": datamodule.describe(),
+               "intervals": text_intervals(module, datamodule, float(config["interval_coverage"]))}
+    dm = datamodule
+    scale_name = f"the labels' {scale} scale" if scale is not None else "the labels' scale"
+    heading = (f"Test metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(dm.test_rows)} rows, {main}; "
+               f"Acc/F1: above {threshold_rating:g} counts as empathized; MSE on {scale_name})")
+    logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
+              for m, v in res["rating"].items()}
+    notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
+    notes = "\n\n".join(filter(None, [notes, format_intervals(summary["intervals"])]))
+    if config["groups"]:
+        attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
+        summary["groups"], group_table = group_results(
+            frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]), attributes,
+            config, None, out_dir, scale_name, loggers)
+        notes = "\n\n".join(filter(None, (notes, group_table)))
+    sanity = sanity_check(per_output[main][module.title], rows["constant"], scale_name,
+                          frame["prediction"].to_numpy(float), frame["target"].to_numpy(float))
+    write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
+                      notes=notes, loggers=loggers, logged=logged, sanity=sanity)
+    robust = robustness_report(module, datamodule, module.hparams.robustness, int(module.run_config["seed"]), out_dir)
+    if robust is not None:
+        summary["robustness"] = str(robust)
+    return summary
+
+

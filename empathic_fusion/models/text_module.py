@@ -15,15 +15,14 @@ statistics (kept in the checkpoint); MSE is taken on that scale.
 Checkpoints describe themselves: `hyper_parameters` hold the net/optimizer configs and `data_info`
 (fields, labels, persona vocabulary, target scaling, levels); the header (`checkpoint["empathic_fusion"]`,
 models/base.py) adds the encoder's folder and identity hash, checked when the checkpoint is loaded,
-and the fitted experts' stack report. The test report is `report()` (the shared one of
-empathic_fusion/evaluation/report.py, with the baselines, per-label rows and level metrics).
+and the fitted experts' stack report. The test report is empathic_fusion/evaluation/text_report.py's
+(the shared one of empathic_fusion/evaluation/report.py, with the baselines, per-label rows and level metrics).
 """
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -34,22 +33,14 @@ from torch import nn
 
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
-from empathic_fusion.config.data import text_rating_scale
-from empathic_fusion.config.evaluation import threshold_rating_on
-from empathic_fusion.dataset.scale import RatingScale
-from empathic_fusion.evaluation.conformal import format_intervals
-from empathic_fusion.evaluation.groups import group_results
-from empathic_fusion.evaluation.report import format_ci, group_report, sanity_check, settings, write_test_report
-from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metric_values
+from empathic_fusion.datamodules.text_datamodule import TextDataModule
+from empathic_fusion.datamodules.text_table import PersonaEncoder
+from empathic_fusion.metrics import metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
-from empathic_fusion.text.data import PersonaEncoder
-from empathic_fusion.text.datamodule import TextDataModule
 from empathic_fusion.text.experts import stack_weights
-from empathic_fusion.text.report import text_intervals, text_report_rows
-from empathic_fusion.text.robustness import robustness_report
-from empathic_fusion.text.scorer import TextScorer
 
 log = logging.getLogger(__name__)
+OVERALL = "overall"  # the mean of the label scores, reported and served beside them
 
 
 class PersonaEmbedding(nn.Module):
@@ -68,7 +59,7 @@ class PersonaEmbedding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
-@register_model("mlp_head")
+@register_model("mlp_head", aliases=("empathic_fusion.text.model.MLPHead",))
 class MLPHead(nn.Sequential):
     """Dropout -> Linear -> GELU -> Dropout -> Linear: one output per label."""
 
@@ -77,7 +68,7 @@ class MLPHead(nn.Sequential):
                          nn.Linear(hidden, n_outputs))
 
 
-@register_model("text_regressor")
+@register_model("text_regressor", aliases=("empathic_fusion.text.model.TextRegressor",), module="text")
 class TextRegressor(nn.Module):
     """Shared encoder over every text field, optional persona, MLP head with one output per label,
     optionally over a stack of ridge experts (empathic_fusion/text/experts.py).
@@ -176,7 +167,7 @@ class TextRegressor(nn.Module):
         return out + (scores.to(out.dtype) * self.stack_weight).sum(-1) + self.stack_bias
 
 
-@register_model("text")
+@register_model("text", aliases=("empathic_fusion.text.model.TextEmpathyModule",))
 class TextEmpathyModule(EmpathyLightningModule):
     """Train / validate / test / predict a text net; logs `{stage}/loss` and `{stage}/rating/{r,rho,mse}`
     of the overall score (the mean of the labels) so sweepers can optimise a validation metric.
@@ -205,6 +196,19 @@ class TextEmpathyModule(EmpathyLightningModule):
         self.register_buffer("target_mean", torch.tensor(data_info["target_mean"], dtype=torch.float32))
         self.register_buffer("target_std", torch.tensor(data_info["target_std"], dtype=torch.float32))
         self.stack_report: dict[str, dict[str, float]] = {}
+
+    @property
+    def output_names(self) -> list[str]:
+        """The scores the model gives: one per label, plus their mean (`overall`) when there are several."""
+        names = list(self.label_names)
+        return names + [OVERALL] if len(names) > 1 else names
+
+    def data_config(self) -> dict[str, Any]:
+        """The training run's data config (older checkpoints without one: their fields as text columns)."""
+        info = self.hparams.data_info
+        return dict((self.hparams.run_config or {}).get("data") or {
+            "text_columns": list(info["fields"]), "label_columns": list(info["labels"]),
+            "persona_columns": list(self.persona_encoder.columns), "levels": info.get("levels")})
 
     @property
     def encoder(self) -> SentenceEncoder:
@@ -351,56 +355,6 @@ class TextEmpathyModule(EmpathyLightningModule):
 
     def group_attributes(self, datamodule: L.LightningDataModule) -> tuple[list[str], str]:
         return list(datamodule.table.columns), "the text table"
-
-    def report(self, datamodule: L.LightningDataModule, out_dir: Path, evaluation: dict[str, Any],
-               loggers: list | tuple = ()) -> dict[str, Any]:
-        """The test fold's report: model and baselines per label (`outputs`) and overall (`model`,
-        `baselines`), macro-F1 and QWK on levels, bootstrap CIs resampling the groups (writers,
-        conversations) and plots of the overall score, the experts' stack, the data; the
-        perturbation report when `robustness.n_texts` > 0."""
-        config = settings(evaluation)
-        if config["threshold"] != "fixed":
-            raise ValueError(f"evaluation.threshold={config['threshold']}: a text model's report cuts Acc/F1 at "
-                             "evaluation.threshold_rating (evaluation.threshold=fixed)")
-        levels = self.run_config["data"].get("levels")
-        threshold_rating = threshold_rating_on(text_rating_scale(levels), config["threshold_rating"],
-                                               "data.levels" if levels else "the default 1-5 scale")
-        self.check_groups(datamodule, config)  # before the baselines and the bootstrap
-        rows = text_report_rows(self, datamodule, threshold_rating, self.hparams.baselines)
-        main, per_output = rows["main"], rows["per_output"]
-        baseline_results = {b: {"rating": per_output[main][b]} for b in rows["baselines"]}
-        frame = rows["predictions"]
-        # the plots' axes are the labels' levels (configured or inferred); none without them
-        scale = RatingScale(*map(float, self.levels)) if self.levels and self.levels[0] < self.levels[1] else None
-        ci = group_report(frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]),
-                          threshold_rating, out_dir, config, loggers, scale)
-        summary = {"model": {"rating": per_output[main][self.title]}, "baselines": baseline_results,
-                   "constant_baseline": baseline_results.get("training mean", {}), "outputs": per_output,
-                   "ci": ci, "confidence": float(config["confidence"]), "stack": self.stack_report,
-                   "data": datamodule.describe(),
-                   "intervals": text_intervals(self, datamodule, float(config["interval_coverage"]))}
-        dm = datamodule
-        scale_name = f"the labels' {scale} scale" if scale is not None else "the labels' scale"
-        heading = (f"Test metrics ({dm.name}, fold {dm.fold} of {dm.n_folds}, {len(dm.test_rows)} rows, {main}; "
-                   f"Acc/F1: above {threshold_rating:g} counts as empathized; MSE on {scale_name})")
-        logged = {f"test_baseline/{b.replace(' ', '_')}/{m}": v for b, res in baseline_results.items()
-                  for m, v in res["rating"].items()}
-        notes = format_ci(ci, float(config["confidence"]), METRIC_NAMES) if ci else ""
-        notes = "\n\n".join(filter(None, [notes, format_intervals(summary["intervals"])]))
-        if config["groups"]:
-            attributes = datamodule.table[config["groups"]].iloc[frame["row_index"]].set_index(frame.index)
-            summary["groups"], group_table = group_results(
-                frame[["participant_id"]].assign(predicted=frame["prediction"], rated=frame["target"]), attributes,
-                config, None, out_dir, scale_name, loggers)
-            notes = "\n\n".join(filter(None, (notes, group_table)))
-        sanity = sanity_check(per_output[main][self.title], rows["constant"], scale_name,
-                              frame["prediction"].to_numpy(float), frame["target"].to_numpy(float))
-        write_test_report(out_dir, heading, per_output[main], summary, frame, METRIC_NAMES + LEVEL_METRIC_NAMES,
-                          notes=notes, loggers=loggers, logged=logged, sanity=sanity)
-        robust = robustness_report(TextScorer(self), datamodule, self.hparams.robustness, int(self.run_config["seed"]), out_dir)
-        if robust is not None:
-            summary["robustness"] = str(robust)
-        return summary
 
 
 def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> None:
