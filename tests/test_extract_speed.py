@@ -69,7 +69,7 @@ def test_bf16_stays_close_to_fp32_and_batch_size_changes_nothing(fp32, photos):
 
 
 def test_a_bf16_store_is_not_read_as_fp32(tmp_path):
-    from empathic_fusion.features.extract import _cnn_signature
+    from empathic_fusion.features.video_branches import _cnn_signature
     from empathic_fusion.features.store import FeatureStore
 
     store, video = FeatureStore(tmp_path / "store"), tmp_path / "clip.mp4"

@@ -78,7 +78,7 @@ def test_fine_tuned_layers_get_gradients_through_chunked_texts():
 
 def test_identity_and_signature_record_the_chunking(tmp_path):
     from empathic_fusion.config import with_defaults
-    from empathic_fusion.features.extract import SIGNATURES
+    from empathic_fusion.features.branch_unit import branch_unit
     from empathic_fusion.features.store import FeatureStore
 
     assert encoder_identity() != encoder_identity(chunk_stride=64) != encoder_identity(max_length=128)
@@ -95,7 +95,7 @@ def test_identity_and_signature_record_the_chunking(tmp_path):
         def transcript_path(session_id):
             return transcript
 
-    signature = SIGNATURES["text"](FeatureStore(tmp_path / "store"), OneSession, "s1", with_defaults(None), None)
+    signature = branch_unit("text").signature(FeatureStore(tmp_path / "store"), OneSession, "s1", with_defaults(None), None)
     assert signature["config"]["chunking"] == {"window": 256, "stride": 127, "pooling": "token_weighted_mean"}
     assert signature["version"].endswith(encoder_identity())
 

@@ -28,7 +28,7 @@ from empathic_fusion.config.data import FusionDataConfig, TextDataConfig
 from empathic_fusion.config.demo import DemoConfig
 from empathic_fusion.config.evaluation import EvaluationConfig
 from empathic_fusion.config.feature_defaults import modality_branches, with_defaults
-from empathic_fusion.config.features import FeaturesConfig
+from empathic_fusion.config.features import FeaturesConfig, features_schema
 from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
 from empathic_fusion.config.paths import PathsConfig
 from empathic_fusion.config.run import (
@@ -60,10 +60,11 @@ SCHEMAS: dict[tuple[str | None, str], type] = {
 
 
 def register_schemas() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    """Store every schema in Hydra's ConfigStore (idempotent; again after a branch brings its settings, so
+    that composition knows its `features.<branch>` section)."""
     store = ConfigStore.instance()
     for (group, name), schema in SCHEMAS.items():
-        store.store(group=group, name=name, node=schema)
+        store.store(group=group, name=name, node=features_schema() if schema is FeaturesConfig else schema)
 
 
 register_schemas()

@@ -6,7 +6,8 @@ text 384 (SBERT), glove 50 (packaged 6B) or 300 (840B).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
+from functools import lru_cache
 from typing import List, Optional, Union
 
 from empathic_fusion.config.checks import finite, one_of, require
@@ -137,3 +138,40 @@ class FeaturesConfig:
     audio: AudioConfig = field(default_factory=AudioConfig)
     text: TextFeaturesConfig = field(default_factory=TextFeaturesConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
+
+
+# settings sections of branches added from outside the package (add_branch_settings); the package's own
+# are FeaturesConfig's fields
+_ADDED_SETTINGS: dict[str, type] = {}
+
+
+def add_branch_settings(branch: str, settings: type) -> bool:
+    """Make `settings` (a dataclass) the `features.<branch>` section; whether the schema changed. The
+    package's own branches have theirs as FeaturesConfig's fields already (naming the same one is a no-op)."""
+    builtin = {f.name: f.type for f in fields(FeaturesConfig)}
+    if branch in builtin:
+        if settings.__name__ != str(builtin[branch]).rpartition(".")[2]:
+            raise ValueError(f"features.{branch} is {builtin[branch]}; a branch cannot bring other settings")
+        return False
+    changed = _ADDED_SETTINGS.get(branch) is not settings
+    _ADDED_SETTINGS[branch] = settings
+    return changed
+
+
+def remove_branch_settings(branch: str) -> None:
+    """Drop a section added with add_branch_settings."""
+    _ADDED_SETTINGS.pop(branch, None)
+
+
+def features_schema() -> type:
+    """The `features` group's schema: FeaturesConfig, with a section for each branch added from outside."""
+    return _extended_schema(tuple(_ADDED_SETTINGS.items()))
+
+
+@lru_cache(maxsize=None)
+def _extended_schema(added: tuple[tuple[str, type], ...]) -> type:
+    """FeaturesConfig with the added sections (one class per set of sections, so configs built alike match)."""
+    if not added:
+        return FeaturesConfig
+    return make_dataclass("FeaturesConfig", [(name, settings, field(default_factory=settings))
+                                             for name, settings in added], bases=(FeaturesConfig,))

@@ -16,7 +16,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 from empathic_fusion.config.checks import ConfigError
 from empathic_fusion.config.data import FusionDataConfig, TextDataConfig, text_rating_scale
 from empathic_fusion.config.evaluation import EvaluationConfig, threshold_rating_on
-from empathic_fusion.config.features import FeaturesConfig
+from empathic_fusion.config.features import FeaturesConfig, features_schema
 from empathic_fusion.config.model import FusionModelConfig, TextModelConfig
 from empathic_fusion.config.run import GROUP_KEYS, RUN_SCHEMAS
 from empathic_fusion.config.trainer import TrainerConfig
@@ -40,7 +40,7 @@ def schema_of(group: str, node: Any) -> type | None:
     if group in TARGET_SCHEMAS:
         target = node.get("_target_") if isinstance(node, (dict, DictConfig)) else None
         return TARGET_SCHEMAS[group].get(target)
-    return GROUPS.get(group)
+    return features_schema() if group == "features" else GROUPS.get(group)
 
 
 def typed(group: str, values: Any) -> Any:

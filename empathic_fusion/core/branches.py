@@ -8,7 +8,9 @@ onto every frame.
 
 The registry sits at the bottom (it imports nothing from empathic_fusion) so that the feature schema
 (empathic_fusion/config/features.py), extraction, the datamodules and the app all read it from one place;
-the feature config filled in from its schema is `empathic_fusion.config.with_defaults`.
+the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. The parts of a branch
+that live higher up are registered with its spec as one unit by its extractor file
+(empathic_fusion/features/branch_unit.py).
 """
 from __future__ import annotations
 
@@ -19,11 +21,17 @@ MODALITIES = ("video", "audio", "text")
 
 @dataclass(frozen=True)
 class BranchSpec:
-    """What the rest of the project needs to know about a store branch."""
+    """What the rest of the project needs to know about a store branch: the facts that every layer may read.
+    What lives higher up (its settings, signature, extractor and size per frame) is registered with it by its
+    extractor file (empathic_fusion/features/branch_unit.py)."""
 
     modality: str                            # the modality whose per-frame vector it is part of
     source: str                              # "media": decoded per session in worker processes; "transcript"
     indexed: tuple[str, str] | None = None   # (row table, per-frame index) array names; None: dense features + mask
+    medium: str | None = None                # media branches: the file read, "video" or "audio" (else the video)
+    # its per-frame "voiced" array and its settings' `speech_mask` decide which frames hold the participant's
+    # speech (one branch at most)
+    speech_source: bool = False
 
     @property
     def vectors(self) -> str:
@@ -31,21 +39,67 @@ class BranchSpec:
         return self.indexed[0] if self.indexed else "features"
 
 
-# The one registry of branches: extraction (empathic_fusion/features/extract.py keeps each branch's signature and
-# version beside it), the datamodule, the window loaders and the app read it.
+class UnknownBranchError(ValueError):
+    """A branch name no spec is registered for: named with the known ones, never read as some default."""
+
+    def __init__(self, branch: str):
+        super().__init__(f"unknown feature branch '{branch}'; known: {list(BRANCHES)}")
+        self.branch = branch
+
+
+# The one registry of branches: extraction, the datamodule, the window loaders and the app read it. The
+# package's own are listed here, so that the config and the datamodules know them without importing their
+# extractors; a branch added from outside the package comes in through add_branch.
 BRANCHES: dict[str, BranchSpec] = {
-    "face": BranchSpec("video", "media"),
-    "cnn": BranchSpec("video", "media"),
-    "audio": BranchSpec("audio", "media"),
+    "face": BranchSpec("video", "media", medium="video"),
+    "cnn": BranchSpec("video", "media", medium="video"),
+    "audio": BranchSpec("audio", "media", medium="audio", speech_source=True),
     "text": BranchSpec("text", "transcript", ("utterances", "frame_utterance")),
     "glove": BranchSpec("text", "transcript", ("words", "frame_word")),
 }
+# views of BRANCHES, kept in step with it by add_branch and remove_branch
 BRANCH_MODALITY = {name: spec.modality for name, spec in BRANCHES.items()}
 INDEXED = {name: spec.indexed for name, spec in BRANCHES.items() if spec.indexed}
-MEDIA_BRANCHES = tuple(name for name, spec in BRANCHES.items() if spec.source == "media")
+
+
+def add_branch(name: str, spec: BranchSpec) -> None:
+    """Register a branch's facts (a branch already registered with other facts is an error)."""
+    if name in BRANCHES and BRANCHES[name] != spec:
+        raise ValueError(f"feature branch '{name}' is already registered as {BRANCHES[name]}")
+    if spec.modality not in MODALITIES:
+        raise ValueError(f"feature branch '{name}': modality must be one of {list(MODALITIES)}, got '{spec.modality}'")
+    if spec.speech_source and speech_branch() not in (None, name):
+        raise ValueError(f"feature branch '{name}': '{speech_branch()}' is already the speech source")
+    BRANCHES[name] = spec
+    BRANCH_MODALITY[name] = spec.modality
+    if spec.indexed:
+        INDEXED[name] = spec.indexed
+
+
+def remove_branch(name: str) -> None:
+    """Forget a branch added with add_branch (a plug-in's, a test's)."""
+    BRANCHES.pop(name, None)
+    BRANCH_MODALITY.pop(name, None)
+    INDEXED.pop(name, None)
+
+
+def branch_spec(name: str) -> BranchSpec:
+    """The spec of a registered branch; UnknownBranchError for any other name."""
+    if name not in BRANCHES:
+        raise UnknownBranchError(name)
+    return BRANCHES[name]
+
+
+def media_branches() -> tuple[str, ...]:
+    """The branches decoded from a session's media, in registry order."""
+    return tuple(name for name, spec in BRANCHES.items() if spec.source == "media")
+
+
+def speech_branch() -> str | None:
+    """The branch whose voicing and settings make the speech mask (None: the transcript alone)."""
+    return next((name for name, spec in BRANCHES.items() if spec.speech_source), None)
 
 
 def branch_width(branch: str, entry: dict) -> int:
     """Per-frame width of a recorded branch, from its manifest entry."""
-    return int(entry["arrays"][BRANCHES[branch].vectors]["shape"][1])
-
+    return int(entry["arrays"][branch_spec(branch).vectors]["shape"][1])

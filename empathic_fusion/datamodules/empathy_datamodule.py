@@ -36,7 +36,7 @@ from empathic_fusion.datamodules.splits import load_or_create_split, participant
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
 from empathic_fusion.datamodules.window_gather import FrameArrays, FrameLayout, IndexBatchSampler, WindowBatches
 from empathic_fusion.datamodules.windows import build_windows, rating_frames
-from empathic_fusion.core.branches import INDEXED, MEDIA_BRANCHES, MODALITIES, branch_width
+from empathic_fusion.core.branches import BRANCHES, INDEXED, MODALITIES, branch_width, speech_branch
 from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
 from empathic_fusion.features.speech import speech_mask
@@ -165,7 +165,7 @@ class EmpathyDataModule(L.LightningDataModule):
                                              f"for it (run extract.py to refresh it, or data.on_stale=error to stop)")
                     else:
                         found += 1
-                        lengths.append((branch in MEDIA_BRANCHES, int(entry["n_frames"])))
+                        lengths.append((BRANCHES[branch].source == "media", int(entry["n_frames"])))
                         continue
                     missing.add((sid, modality, branch))
                     self.unused_branches.add((sid, branch))
@@ -264,12 +264,7 @@ class EmpathyDataModule(L.LightningDataModule):
         session_frames, missing = self._session_frames(dataset, store)
         self.session_frames = session_frames  # frames per readable session: where its media (and its windows) end
         self.missing = missing  # (session, modality[, branch]) that windows read as masked
-        policy = with_defaults(self.features)["audio"]["speech_mask"]
-        speaking = {}
-        for sid, n in session_frames.items():
-            audio = store.entry(sid, "audio") if "audio" in self.modalities else None
-            voiced = store.load(sid, "audio", "voiced") if audio and "voiced" in audio["arrays"] else None
-            speaking[sid] = speech_mask(dataset.transcripts[sid], n, dataset.fps, voiced, policy)
+        speaking = self._speaking(dataset, store, session_frames)
         self.ratings = ratings_of(dataset) if ratings_of is not None else dataset.ratings
         windows, notes = build_windows(self.ratings, dataset.transcripts, session_frames, self.scenario,
                                        dataset.fps, self.window_frames, self.stride_seconds)
@@ -279,6 +274,20 @@ class EmpathyDataModule(L.LightningDataModule):
         if windows.empty:
             raise RuntimeError(f"no {self.scenario} windows in {self.dataset_dir}; warnings: {self.warnings}")
         return dataset, store, stories, session_frames, speaking, windows
+
+    def _speaking(self, dataset: EmpathyDataset, store: FeatureStore, session_frames: dict[str, int]) -> dict:
+        """Per session, the frames that hold the participant's speech: the transcript and, when its modality is
+        read, the speech source branch's voicing, as its settings' `speech_mask` says (transcript alone: no
+        speech source branch)."""
+        source = speech_branch()
+        policy = with_defaults(self.features)[source]["speech_mask"] if source else "transcript"
+        read = source is not None and BRANCHES[source].modality in self.modalities
+        speaking = {}
+        for sid, n in session_frames.items():
+            entry = store.entry(sid, source) if read else None
+            voiced = store.load(sid, source, "voiced") if entry and "voiced" in entry["arrays"] else None
+            speaking[sid] = speech_mask(dataset.transcripts[sid], n, dataset.fps, voiced, policy)
+        return speaking
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:

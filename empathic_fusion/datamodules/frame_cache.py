@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 from filelock import FileLock
 
+from empathic_fusion.core.branches import BRANCHES, speech_branch
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import atomic_write_text, canonical_hash, free_bytes, respect_umask
 from empathic_fusion.datamodules.window_dataset import FrameSource
@@ -99,7 +100,8 @@ def cache_identity(source: FrameSource, layout: FrameLayout) -> dict:
                           for name, record in entry.get("arrays", {}).items()}
                 entries[f"{sid}/{branch}"] = canonical_hash({"signature": entry.get("signature"), "arrays": arrays})
     speaking = None
-    if "audio" in source.branches:
+    speech = speech_branch()
+    if speech is not None and BRANCHES[speech].modality in source.branches:  # the modality the speech mask masks
         speaking = _array_digest([np.packbits(fit_rows(np.asarray(source.speaking[sid], dtype=bool), int(n), False))
                                   for sid, n in source.session_frames.items()])
     return {"version": CACHE_VERSION, "store": str(source.store.root.resolve()),

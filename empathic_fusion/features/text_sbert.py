@@ -21,8 +21,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from empathic_fusion.config.features import TextFeaturesConfig
+from empathic_fusion.core.branches import BRANCHES
+from empathic_fusion.dataset import EmpathyDataset
+from empathic_fusion.features.branch_unit import BranchUnit, TranscriptRun, register_branch
+from empathic_fusion.features.store import FeatureStore
+from empathic_fusion.features.store_space import TEXT_WIDTH
+
 if TYPE_CHECKING:
     from empathic_fusion.core.sentence_encoder import SentenceEncoder
+
+TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
+# overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
+# (the stories share this version: they are re-embedded, unchanged)
 
 
 @dataclass(frozen=True)
@@ -138,3 +149,43 @@ def extract_text(transcript: pd.DataFrame, fps: float, encoder: "SentenceEncoder
     if placement.groups:
         info["overlap_rows"] = len(placement.groups)
     return arrays, info, overlap_warnings(chosen, placement, len(index), fps, "utterances' embeddings")
+
+
+def text_chunking(text_cfg: dict) -> dict:
+    """How texts longer than the encoder's window are embedded (overlapping token chunks, pooled):
+    part of the text and story signatures, so embeddings made another way are stale."""
+    from empathic_fusion.core.sentence_encoder import encoder_recipe
+
+    recipe = encoder_recipe(text_cfg["model_path"])
+    return {"window": recipe["window"], "stride": recipe["stride"], "pooling": recipe["chunk_pooling"]}
+
+
+def text_signature(store: FeatureStore, dataset: EmpathyDataset, session_id: str, cfg: dict,
+                   text_identity: str | None = None) -> dict:
+    """The text branch's signature for a session: the encoder (`text_identity`, else features.text's), its
+    chunking, the speakers and the transcript's hash."""
+    from empathic_fusion.core.sentence_encoder import encoder_identity
+
+    text_cfg = dict(cfg["text"])
+    identity = text_identity or encoder_identity(text_cfg["model_path"])
+    return {"extractor": "sentence_bert", "version": f"{TEXT_VERSION}/{identity}",
+            "config": {"fps": dataset.fps, "speakers": list(text_cfg["speakers"]), "chunking": text_chunking(text_cfg)},
+            "inputs": {"transcript": store.file_hash(dataset.transcript_path(session_id))}}
+
+
+def extract_texts(run: TranscriptRun, todo: list[tuple[str, dict]]) -> None:
+    """The text branch of each session to do, with the encoder the stories share."""
+    speakers = list(run.cfg["text"]["speakers"])
+    for session_id, signature in todo:
+        arrays, info, notes = extract_text(run.dataset.transcripts[session_id], run.dataset.fps, run.text_encoder(),
+                                           speakers)
+        run.write(session_id, "text", arrays, signature, info, notes)
+
+
+def text_row_bytes(transcript: pd.DataFrame, cfg: dict) -> int:
+    """The utterance table's bytes: a float16 row per participant utterance, as wide as the widest encoder."""
+    return int(transcript.speaker.isin(list(cfg["text"]["speakers"])).sum()) * TEXT_WIDTH * 2
+
+
+register_branch(BranchUnit("text", BRANCHES["text"], TextFeaturesConfig, text_signature,
+                           extract_transcripts=extract_texts, row_bytes=text_row_bytes))

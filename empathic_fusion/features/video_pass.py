@@ -22,12 +22,17 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from empathic_fusion.config.features import CnnConfig
+from empathic_fusion.features.cnn_frames import grey_std
+from empathic_fusion.features.face_mesh import (AMBIGUOUS, AT_EDGE, FACE_DIM, NO_FACE, OTHER_FACES, OUTCOMES,
+                                                FaceMeshTracker, frame_features)
 from empathic_fusion.features.frame_rows import GROWTH_ROWS, FrameRows, NpyFile
 from empathic_fusion.features.media import MediaError, iter_frames, probe_video
 
@@ -157,8 +162,6 @@ def _track(tracker, chunk: deque, n_frames: int, last_source: int,
 def _face_notes(multi_face: int, outcomes: dict[str, int], n_frames: int) -> list[str]:
     """The face branch's warnings about whose face was used (face_mesh.py), worded `<what>: <numbers>; <what
     was done>`."""
-    from empathic_fusion.features.face_mesh import AMBIGUOUS, AT_EDGE, OTHER_FACES
-
     notes = []
     if multi_face:
         notes.append(f"more than one face in {multi_face} of {n_frames} frames ({100 * multi_face / n_frames:.1f}%); "
@@ -214,116 +217,181 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
     (and the frames each processed to "decode_frames", "face_frames", "cnn_frames"), so a benchmark
     can set a branch beside its network alone.
     """
-    from empathic_fusion.config.features import CnnConfig
-    from empathic_fusion.features.cnn_frames import grey_std
-    from empathic_fusion.features.face_mesh import (AMBIGUOUS, AT_EDGE, FACE_DIM, NO_FACE, OUTCOMES,
-                                                    FaceMeshTracker, frame_features)
-
     if face_cfg is None and cnn_cfg is None:
         raise ValueError("extract_video needs face_cfg and/or cnn_cfg")
     info = probe_video(video)
-    n_frames = info.frames_at(fps)
-    cnn_cfg = dict(cnn_cfg) if cnn_cfg is not None else None
-    stride, mask_without_face, min_std = 1, False, 0.0
-    if cnn_cfg is not None:
-        stride = max(int(cnn_cfg.pop("frame_stride", 1)), 1)
-        mask_without_face = bool(cnn_cfg.pop("mask_without_face", CnnConfig.mask_without_face))
-        min_std = float(cnn_cfg.pop("min_frame_std", CnnConfig.min_frame_std))
-        if embedder is None:
-            embedder = cached_embedder(cnn_cfg)
-    cnn_needs_face = embedder is not None and (embedder.crop == "face" or mask_without_face)
-    need_tracker = face_cfg is not None or cnn_needs_face
-    tracker = FaceMeshTracker(**{**(tracker_cfg or {}), **(face_cfg or {})}) if need_tracker else None
-    # per target frame, in the stored dtypes: the face branch's features (written as they come) and mask; the
-    # CNN's rows (written in frame order as they come off the device) and near-constant images
-    face_rows = FrameRows(n_frames, (FACE_DIM,), np.float16, rows_dir, "face") if face_cfg is not None else None
-    face_mask = np.zeros(n_frames if face_cfg is not None else 0, dtype=np.uint8)
-    buffer = None
-    if embedder is not None:
-        buffer = _CnnBuffer(embedder, FrameRows(n_frames, (embedder.dim,), np.float16, rows_dir, "cnn"), n_frames)
-    is_constant = np.zeros(n_frames if buffer is not None else 0, dtype=bool)
-    outcomes = dict.fromkeys(OUTCOMES, 0)  # target frames per tracker outcome
-    multi_face = 0  # target frames with more than one distinct face
-    decoded = end = 0  # target frames decoded; one past the last (iter_frames starts a late video after 0)
-    spent = {"decode": 0.0, "face": 0.0, "cnn": 0.0, "face_frames": 0, "cnn_frames": 0}
-    clock = time.perf_counter
+    rules, embedder = _cnn_setup(cnn_cfg, embedder)
+    cnn_needs_face = embedder is not None and (embedder.crop == "face" or rules.mask_without_face)
+    tracker = None
+    if face_cfg is not None or cnn_needs_face:
+        tracker = FaceMeshTracker(**{**(tracker_cfg or {}), **(face_cfg or {})})
+    session = _VideoPass(info.frames_at(fps), fps, tracker, face_cfg is not None, embedder, rules, cnn_needs_face,
+                         rows_dir)
     decode_notes: list[str] = []
     frames = iter_frames(video, fps, decode_notes)
     try:
-        last_source, last_row, last_points, last_embedded, found, constant = -1, None, None, -1, 0, False
-        outcome = NO_FACE
-        ahead: deque = deque()
-        tracked: dict[int, tuple[np.ndarray | None, int, str]] = {}  # source frame -> _track's
-        while True:
-            if not ahead:  # decode CHUNK_FRAMES at once, then track their faces in a row (caches stay warm)
-                started = clock()
-                ahead.extend(islice(frames, CHUNK_FRAMES))
-                spent["decode"] += clock() - started
-                if tracker is not None:
-                    started = clock()
-                    tracked = _track(tracker, ahead, n_frames, last_source, fps)
-                    spent["face"] += clock() - started
-                    spent["face_frames"] += len(tracked)
-            if not ahead:
-                break
-            target, source, frame = ahead.popleft()
-            if n_frames and target >= n_frames:
-                break
-            new_source = source != last_source
-            if tracker is not None and new_source:
-                started = clock()
-                last_points, found, outcome = tracked[source]
-                # float64 -> float32 -> float16, as the stored features always were: the same bits
-                last_row = None if last_points is None or face_cfg is None else \
-                    frame_features(last_points, frame.shape[1], frame.shape[0]).astype(np.float32).astype(np.float16)
-                spent["face"] += clock() - started
-            if tracker is not None:
-                multi_face += found > 1
-                outcomes[outcome] += 1
-            if buffer is not None:
-                started = clock()
-                is_constant = _room(is_constant, target)
-                if new_source:
-                    constant = min_std > 0 and grey_std(frame) < min_std
-                if constant:
-                    is_constant[target] = True
-                    last_embedded = -1  # masked; never an earlier frame's embedding held over it
-                elif cnn_needs_face and last_points is None:
-                    last_embedded = -1  # no participant face: mask 0, never a stale frame held over
-                elif (target % stride == 0 and new_source) or last_embedded < 0:
-                    image = embedder.prepare(frame, last_points)
-                    if image is not None:
-                        buffer.add(target, image)
-                        last_embedded = target
-                        spent["cnn_frames"] += 1
-                    else:
-                        last_embedded = -1
-                buffer.hold(target, last_embedded)  # -1: CNN mask 0
-                spent["cnn"] += clock() - started
-            last_source = source
-            decoded, end = decoded + 1, target + 1
-            if last_row is not None:
-                face_mask = _room(face_mask, target)
-                face_rows.put(target, last_row)
-                face_mask[target] = 1
-        if decoded == 0:
-            raise MediaError(f"no frame of {video} could be decoded")
-        n_frames = max(n_frames, end)
-        if face_rows is not None:
-            face_features = face_rows.finish(n_frames)
-        if buffer is not None:
-            started = clock()
-            cnn_features, held = buffer.finish(n_frames)
-            spent["cnn"] += clock() - started
+        session.run(frames)
+        session.finish(video)
     except BaseException:
-        for rows in (face_rows, buffer.rows if buffer is not None else None):
-            if rows is not None:
-                rows.discard()  # closed and removed: nothing half-written is left in rows_dir
+        session.discard()  # closed and removed: nothing half-written is left in rows_dir
         raise
     finally:
         frames.close()  # its notes about the stream are complete once it is closed
         if tracker is not None:
             tracker.close()
+    results = _branch_results(session, info.fps, decode_notes)
+    if timings is not None:
+        session.spent["decode_frames"] = session.decoded
+        for key, value in session.spent.items():
+            timings[key] = timings.get(key, 0) + value
+    return results
+
+
+@dataclass(frozen=True)
+class _CnnRules:
+    """Which frames the CNN embeds (features.cnn's frame_stride, mask_without_face, min_frame_std): kept apart
+    from the embedder's own settings, which decide how a frame is embedded, not whether."""
+
+    stride: int = 1
+    mask_without_face: bool = False
+    min_std: float = 0.0
+
+
+def _cnn_setup(cnn_cfg: dict[str, Any] | None, embedder) -> tuple[_CnnRules, Any]:
+    """The CNN's frame rules and its embedder (`embedder`, else the cached one for the rest of cnn_cfg);
+    no cnn_cfg: the defaults that embed every frame, and `embedder` as given (None: no CNN branch)."""
+    if cnn_cfg is None:
+        return _CnnRules(), embedder
+    cnn_cfg = dict(cnn_cfg)
+    rules = _CnnRules(stride=max(int(cnn_cfg.pop("frame_stride", 1)), 1),
+                      mask_without_face=bool(cnn_cfg.pop("mask_without_face", CnnConfig.mask_without_face)),
+                      min_std=float(cnn_cfg.pop("min_frame_std", CnnConfig.min_frame_std)))
+    return rules, embedder if embedder is not None else cached_embedder(cnn_cfg)
+
+
+class _VideoPass:
+    """One session's decode and what its branches gather from it, frame by frame. The loop carries state
+    from one frame to the next (the last source frame, its face, the last embedded frame) because held
+    frames (slower input) reuse their source frame's results; keeping it here lets each step be read alone."""
+
+    def __init__(self, n_frames: int, fps: float, tracker, face: bool, embedder, rules: _CnnRules,
+                 cnn_needs_face: bool, rows_dir: Path | None):
+        self.n_frames, self.fps, self.tracker = n_frames, fps, tracker
+        self.embedder, self.rules, self.cnn_needs_face = embedder, rules, cnn_needs_face
+        # per target frame, in the stored dtypes: the face branch's features (written as they come) and mask;
+        # the CNN's rows (written in frame order as they come off the device) and near-constant images
+        self.face_rows = FrameRows(n_frames, (FACE_DIM,), np.float16, rows_dir, "face") if face else None
+        self.face_mask = np.zeros(n_frames if face else 0, dtype=np.uint8)
+        self.buffer = None
+        if embedder is not None:
+            self.buffer = _CnnBuffer(embedder, FrameRows(n_frames, (embedder.dim,), np.float16, rows_dir, "cnn"),
+                                     n_frames)
+        self.is_constant = np.zeros(n_frames if self.buffer is not None else 0, dtype=bool)
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)  # target frames per tracker outcome
+        self.multi_face = 0  # target frames with more than one distinct face
+        self.decoded = self.end = 0  # target frames decoded; one past the last (iter_frames starts a late video after 0)
+        self.spent = {"decode": 0.0, "face": 0.0, "cnn": 0.0, "face_frames": 0, "cnn_frames": 0}
+        self.last_source, self.last_row, self.last_points, self.last_embedded = -1, None, None, -1
+        self.found, self.constant, self.outcome = 0, False, NO_FACE
+        self.ahead: deque = deque()
+        self.tracked: dict[int, tuple[np.ndarray | None, int, str]] = {}  # source frame -> _track's
+        self.face_features = self.cnn_features = self.held = None
+
+    def run(self, frames) -> None:
+        """Every target frame of the stream (up to the declared count, when there is one), in order."""
+        while True:
+            if not self.ahead:
+                self._decode_chunk(frames)
+            if not self.ahead:
+                return
+            target, source, frame = self.ahead.popleft()
+            if self.n_frames and target >= self.n_frames:
+                return
+            self._take(target, source, frame)
+
+    def _decode_chunk(self, frames) -> None:
+        """Decode CHUNK_FRAMES at once, then track their faces in a row, so each stage's caches stay warm."""
+        started = time.perf_counter()
+        self.ahead.extend(islice(frames, CHUNK_FRAMES))
+        self.spent["decode"] += time.perf_counter() - started
+        if self.tracker is not None:
+            started = time.perf_counter()
+            self.tracked = _track(self.tracker, self.ahead, self.n_frames, self.last_source, self.fps)
+            self.spent["face"] += time.perf_counter() - started
+            self.spent["face_frames"] += len(self.tracked)
+
+    def _take(self, target: int, source: int, frame: np.ndarray) -> None:
+        """One target frame: its face (a new source frame's, else the one it holds), its CNN choice, its row."""
+        new_source = source != self.last_source
+        if self.tracker is not None:
+            self._face_of(source, frame, new_source)
+        if self.buffer is not None:
+            started = time.perf_counter()
+            self._cnn_of(target, frame, new_source)
+            self.spent["cnn"] += time.perf_counter() - started
+        self.last_source = source
+        self.decoded, self.end = self.decoded + 1, target + 1
+        if self.last_row is not None:
+            self.face_mask = _room(self.face_mask, target)
+            self.face_rows.put(target, self.last_row)
+            self.face_mask[target] = 1
+
+    def _face_of(self, source: int, frame: np.ndarray, new_source: bool) -> None:
+        """The tracker's result for the frame's source frame (computed for its chunk) and the face row from it."""
+        if new_source:
+            started = time.perf_counter()
+            self.last_points, self.found, self.outcome = self.tracked[source]
+            # float64 -> float32 -> float16, as the stored features always were: the same bits
+            self.last_row = None if self.last_points is None or self.face_rows is None else \
+                frame_features(self.last_points, frame.shape[1], frame.shape[0]).astype(np.float32).astype(np.float16)
+            self.spent["face"] += time.perf_counter() - started
+        self.multi_face += self.found > 1
+        self.outcomes[self.outcome] += 1
+
+    def _cnn_of(self, target: int, frame: np.ndarray, new_source: bool) -> None:
+        """Whether the frame is embedded, holds the last embedding or is masked (near-constant, no participant
+        face): a masked frame is never given an earlier frame's embedding."""
+        self.is_constant = _room(self.is_constant, target)
+        if new_source:
+            self.constant = self.rules.min_std > 0 and grey_std(frame) < self.rules.min_std
+        if self.constant:
+            self.is_constant[target] = True
+            self.last_embedded = -1
+        elif self.cnn_needs_face and self.last_points is None:
+            self.last_embedded = -1
+        elif (target % self.rules.stride == 0 and new_source) or self.last_embedded < 0:
+            image = self.embedder.prepare(frame, self.last_points)
+            if image is not None:
+                self.buffer.add(target, image)
+                self.last_embedded = target
+                self.spent["cnn_frames"] += 1
+            else:
+                self.last_embedded = -1
+        self.buffer.hold(target, self.last_embedded)  # -1: CNN mask 0
+
+    def finish(self, video: Path) -> None:
+        """The branches' rows once the stream ends; T grows to the frames decoded past the declared count."""
+        if self.decoded == 0:
+            raise MediaError(f"no frame of {video} could be decoded")
+        self.n_frames = max(self.n_frames, self.end)
+        if self.face_rows is not None:
+            self.face_features = self.face_rows.finish(self.n_frames)
+        if self.buffer is not None:
+            started = time.perf_counter()
+            self.cnn_features, self.held = self.buffer.finish(self.n_frames)
+            self.spent["cnn"] += time.perf_counter() - started
+
+    def discard(self) -> None:
+        """Close and remove the rows written so far (a failed or interrupted pass)."""
+        for rows in (self.face_rows, self.buffer.rows if self.buffer is not None else None):
+            if rows is not None:
+                rows.discard()
+
+
+def _branch_results(session: _VideoPass, source_fps: float,
+                    decode_notes: list[str]) -> dict[str, tuple[dict, dict, list[str]]]:
+    """Each branch's arrays, info and warnings from a finished pass; the stream's notes go to every branch."""
+    n_frames, decoded, end = session.n_frames, session.decoded, session.end
     first = end - decoded  # frames before the video's first (it starts late: iter_frames' note) have no picture
     stream_notes = list(decode_notes)
     if end < n_frames:
@@ -331,45 +399,55 @@ def extract_video(video: Path, fps: float, face_cfg: dict[str, Any] | None = Non
                             f"frames {end}-{n_frames - 1} are masked")
     pictured = np.zeros(n_frames, dtype=bool)  # the frames a masked stretch is looked for in
     pictured[first:end] = True
-    long_run = int(round(MASKED_STRETCH_SECONDS * fps))
+    base = {"n_frames": n_frames, "decoded_frames": decoded, "source_fps": source_fps}
+    if session.tracker is not None:
+        base.update(multi_face_frames=session.multi_face, ambiguous_face_frames=session.outcomes[AMBIGUOUS],
+                    edge_face_frames=session.outcomes[AT_EDGE])
     results: dict[str, tuple[dict, dict, list[str]]] = {}
-    base = {"n_frames": n_frames, "decoded_frames": decoded, "source_fps": info.fps}
-    if tracker is not None:
-        base.update(multi_face_frames=multi_face, ambiguous_face_frames=outcomes[AMBIGUOUS],
-                    edge_face_frames=outcomes[AT_EDGE])
-    if face_cfg is not None:
-        mask = _room(face_mask, n_frames - 1)[:n_frames]
-        face_frames = int(mask.sum())
-        notes = list(stream_notes)
-        if not face_frames:  # the reasons follow when faces were found (at the frame's edge, someone else's)
-            found = "face found" if outcomes[NO_FACE] == decoded else "usable participant face"
-            notes.append(f"no {found} in any of {n_frames} frames; face features are masked")
-        else:
-            runs = _stretches((mask == 0) & pictured, long_run)
-            if runs:
-                notes.append(_stretch_note("no participant face", runs, fps) + "; those frames are masked")
-        notes.extend(_face_notes(multi_face, outcomes, n_frames))
-        results["face"] = ({"features": face_features, "mask": mask}, {**base, "face_frames": face_frames}, notes)
-    if buffer is not None:
-        is_constant = _room(is_constant, n_frames - 1)[:n_frames]
-        mask = (held >= 0).astype(np.uint8)
-        notes = list(stream_notes)
-        runs = _stretches((mask == 0) & pictured, long_run)
-        if runs:
-            def reasons(start: int, end: int) -> str:
-                dark = int(is_constant[start:end].sum())
-                parts = [f"{dark} near-constant image (black or covered camera)"] if dark else []
-                if end - start > dark:
-                    parts.append(f"{end - start - dark} no participant face")
-                return ", ".join(parts)
-
-            notes.append(_stretch_note("CNN frames masked", runs, fps, reasons) + "; those frames get CNN mask 0")
-        results["cnn"] = ({"features": cnn_features, "mask": mask},
-                          {**base, "embedded_frames": buffer.count, "constant_frames": int(is_constant.sum()),
-                           "model": embedder.model_name, "device": embedder.device, "precision": embedder.precision,
-                           "batch_size": embedder.batch_size}, notes)
-    if timings is not None:
-        spent["decode_frames"] = decoded
-        for key, value in spent.items():
-            timings[key] = timings.get(key, 0) + value
+    if session.face_rows is not None:
+        results["face"] = _face_result(session, base, stream_notes, pictured)
+    if session.buffer is not None:
+        results["cnn"] = _cnn_result(session, base, stream_notes, pictured)
     return results
+
+
+def _face_result(session: _VideoPass, base: dict, stream_notes: list[str],
+                 pictured: np.ndarray) -> tuple[dict, dict, list[str]]:
+    """The face branch's output: its rows and mask, its frame counts, and why frames are masked."""
+    n_frames = session.n_frames
+    mask = _room(session.face_mask, n_frames - 1)[:n_frames]
+    face_frames = int(mask.sum())
+    notes = list(stream_notes)
+    if not face_frames:  # the reasons follow when faces were found (at the frame's edge, someone else's)
+        found = "face found" if session.outcomes[NO_FACE] == session.decoded else "usable participant face"
+        notes.append(f"no {found} in any of {n_frames} frames; face features are masked")
+    else:
+        runs = _stretches((mask == 0) & pictured, int(round(MASKED_STRETCH_SECONDS * session.fps)))
+        if runs:
+            notes.append(_stretch_note("no participant face", runs, session.fps) + "; those frames are masked")
+    notes.extend(_face_notes(session.multi_face, session.outcomes, n_frames))
+    return {"features": session.face_features, "mask": mask}, {**base, "face_frames": face_frames}, notes
+
+
+def _cnn_result(session: _VideoPass, base: dict, stream_notes: list[str],
+                pictured: np.ndarray) -> tuple[dict, dict, list[str]]:
+    """The CNN branch's output: its rows and mask, what the embedder was, and the masked stretches with their
+    reasons (a near-constant image, no participant face)."""
+    is_constant = _room(session.is_constant, session.n_frames - 1)[:session.n_frames]
+    mask = (session.held >= 0).astype(np.uint8)
+    notes = list(stream_notes)
+    runs = _stretches((mask == 0) & pictured, int(round(MASKED_STRETCH_SECONDS * session.fps)))
+    if runs:
+        def reasons(start: int, end: int) -> str:
+            dark = int(is_constant[start:end].sum())
+            parts = [f"{dark} near-constant image (black or covered camera)"] if dark else []
+            if end - start > dark:
+                parts.append(f"{end - start - dark} no participant face")
+            return ", ".join(parts)
+
+        notes.append(_stretch_note("CNN frames masked", runs, session.fps, reasons) + "; those frames get CNN mask 0")
+    embedder = session.embedder
+    return ({"features": session.cnn_features, "mask": mask},
+            {**base, "embedded_frames": session.buffer.count, "constant_frames": int(is_constant.sum()),
+             "model": embedder.model_name, "device": embedder.device, "precision": embedder.precision,
+             "batch_size": embedder.batch_size}, notes)
