@@ -1,8 +1,8 @@
 """A feature branch as one unit: its facts, settings, signature, extractor and size, registered together.
 
 Each extractor file registers its branches with `register_branch(BranchUnit(...))` when it is imported; the
-registry imports every module of this package the first time it is asked (`branch_unit`), so a new
-extractor file needs no import line anywhere. Extraction (extract.py), the space estimate (store_space.py)
+registry imports every module of this package that does so the first time it is asked (`branch_unit`), so a
+new extractor file needs no import line anywhere. Extraction (extract.py), the space estimate (store_space.py)
 and the datamodules read the units and the specs, never a branch's name. What each part means:
 
 - spec: the facts in empathic_fusion/core/branches.py (modality, media or transcript, dense or indexed,
@@ -133,7 +133,10 @@ def branch_units() -> list[BranchUnit]:
 
 
 def _discover() -> None:
-    """Import every module of this package once, so each extractor file has registered its branches."""
+    """Import, once, every module of this package that registers a branch (its source calls
+    `register_branch(`), so each extractor file has registered its branches. Only those: every extraction
+    worker process does this, and the others (the ResNet-50 weights' torch module, the command line) would
+    add seconds to each worker's start."""
     global _discovered
     if _discovered:
         return
@@ -141,7 +144,10 @@ def _discover() -> None:
     try:
         package = importlib.import_module(__package__)
         for module in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"{__package__}.{module.name}")
+            source = Path(module.module_finder.path) / f"{module.name}.py"
+            if module.name != __name__.rsplit(".", 1)[-1] and source.is_file() \
+                    and "register_branch(" in source.read_text(encoding="utf-8"):
+                importlib.import_module(f"{__package__}.{module.name}")
     except BaseException:
         _discovered = False
         raise

@@ -197,11 +197,12 @@ class EmpathyModule(EmpathyLightningModule):
     def on_fit_start(self) -> None:
         fit = getattr(self.head, "fit", None)
         if fit is not None:  # a closed-form head (the constant baseline): set it from the training split
-            datamodule = self.trainer.datamodule
-            if not isinstance(datamodule, FusionData):
+            try:  # FusionData's train_target_mean (a datamodule of one's own may give only that)
+                mean = float(self.trainer.datamodule.train_target_mean)
+            except (AttributeError, TypeError):  # no datamodule, none with it, or it is None
                 raise RuntimeError(f"head '{self.hparams.head}' is set from the datamodule's train_target_mean; "
-                                   "fit with a datamodule that has it (datamodules/protocol.py FusionData)")
-            fit(datamodule.train_target_mean)
+                                   "fit with a datamodule that has it (datamodules/protocol.py FusionData)") from None
+            fit(mean)
 
     def on_train_start(self) -> None:
         if self.modality_dropout:  # its own stream: the global one (shuffling, dropout) draws as without it
