@@ -12,7 +12,8 @@ import pytest
 
 from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
 from empathic_fusion.core import versions
-from empathic_fusion.features.extract import NOT_INSTALLED, installed_version, signature_matches
+from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
+from empathic_fusion.features.extract import signature_matches
 from empathic_fusion.utils import PROJECT_ROOT
 
 sys.path.insert(0, str(PROJECT_ROOT))

@@ -40,6 +40,11 @@ BranchOutput = tuple[dict, dict, list[str]]  # arrays, info for the manifest, wa
 Signature = Callable[["FeatureStore", "EmpathyDataset", str, dict, "str | None"], dict]
 
 
+def failure_record(session_id: str, branch: str, error: Exception) -> dict[str, str]:
+    """A branch's failure for one session, as the extraction report lists it."""
+    return {"session_id": session_id, "branch": branch, "error": f"{type(error).__name__}: {error}"}
+
+
 @dataclass
 class MediaJob:
     """One session's media as a worker process extracts it; `cfg` is the with_defaults features config."""
@@ -58,8 +63,7 @@ class MediaJob:
         if is_disk_full(error):
             self.disk_full = self.disk_full or {"branch": branch, "error": error}
         else:
-            self.failures.append({"session_id": self.session_id, "branch": branch,
-                                  "error": f"{type(error).__name__}: {error}"})
+            self.failures.append(failure_record(self.session_id, branch, error))
 
 
 @dataclass

@@ -44,9 +44,9 @@ from tqdm import tqdm
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.run import ExtractRunConfig
 from empathic_fusion.core.branches import BRANCHES, media_branches
-from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
+from empathic_fusion.core.versions import NOT_INSTALLED
 from empathic_fusion.dataset import EmpathyDataset
-from empathic_fusion.features.branch_unit import MediaJob, TranscriptRun, branch_unit
+from empathic_fusion.features.branch_unit import MediaJob, TranscriptRun, branch_unit, failure_record
 from empathic_fusion.features.store import (DATASET_KEY, FeatureStore, StoreIntegrityError, StoreReadOnlyError,
                                             StoreSpaceError, rows_folder)
 from empathic_fusion.features.store_lock import ExtractionLock
@@ -462,8 +462,7 @@ def _extract(dataset: EmpathyDataset, store: FeatureStore, plan: _Plan, cfg: dic
     run = TranscriptRun(dataset, cfg, text_encoder,
                         write=lambda owner, branch, arrays, signature, info, notes: _write(
                             store, report, owner, branch, arrays, signature, info, notes),
-                        fail=lambda owner, branch, error: report.failures.append(
-                            {"session_id": owner, "branch": branch, "error": f"{type(error).__name__}: {error}"}))
+                        fail=lambda owner, branch, error: report.failures.append(failure_record(owner, branch, error)))
     for branch, todo in transcripts.items():
         if todo:
             branch_unit(branch).extract_transcripts(run, todo)

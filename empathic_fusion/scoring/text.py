@@ -17,10 +17,9 @@ import numpy as np
 import pandas as pd
 
 from empathic_fusion.core.errors import MissingFileError
-from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.datamodules.text_table import PersonaEncoder, TextTableError, TextTableSpec, text_fields
 from empathic_fusion.models.checkpoints import load_module
-from empathic_fusion.models.predict import predict_texts, text_datamodule
+from empathic_fusion.models.predict import predict_texts
 from empathic_fusion.models.text_module import TextEmpathyModule
 
 
@@ -73,10 +72,6 @@ class TextScorer:
         if missing:
             raise TextTableError(f"missing column(s) {missing}; {spec.inputs_note()}; found {list(table.columns)}")
         return text_fields(table.reset_index(drop=True), spec)
-
-    def datamodule(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None) -> TextDataModule:
-        """The rows as a predict split of the checkpoint's text datamodule (models/predict.py `text_datamodule`)."""
-        return text_datamodule(self.module, fields, persona)
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
               progress: bool = False) -> dict[str, np.ndarray]:
