@@ -65,7 +65,7 @@ def fusion_run(tiny_dataset, tiny_store, tmp_path_factory) -> tuple[dict, Path]:
     out = tmp_path_factory.mktemp("fusion_run")
     results = _train([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
                       "data.split_fractions=[0.6,0.2,0.2]", "data.extract_workers=1", "trainer.max_epochs=1",
-                      "evaluation.bootstrap=200"], out)
+                      "evaluation.bootstrap=200", "evaluation.missing_modalities=false"], out)
     return results, out
 
 

@@ -87,7 +87,7 @@ def test_a_toy_branch_is_extracted_sized_and_trained_on(toy_branch, tiny_dataset
         f"data.dataset_dir={tiny_dataset}", f"data.store_dir={store}", "data.demo=null", "modality=v",
         "features.modalities.video=[toy]", "features.toy.period_s=3.0", "data.split_fractions=[0.6,0.2,0.2]",
         "data.extract_workers=1", "model.head=regression", "trainer.max_epochs=1", "trainer.accelerator=cpu",
-        "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1",
+        "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1", "evaluation=lean",
     ], tmp_path / "run", "train")
     results = train(cfg)
     assert np.isfinite(results["model"]["rating"]["mse"])

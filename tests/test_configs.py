@@ -29,7 +29,8 @@ def _compose(name: str, overrides: list[str], tmp_path: Path):
 COMBOS = [f"data={d}" for d in _options("data")] + [f"model={m}" for m in _options("model")] \
     + [f"modality={m}" for m in _options("modality")] + [f"trainer={t}" for t in _options("trainer")] \
     + [f"features={f}" for f in _options("features")] \
-    + [f"logger={lg}" for lg in _options("logger")] + [f"experiment={e}" for e in _options("experiment")]
+    + [f"logger={lg}" for lg in _options("logger")] + [f"experiment={e}" for e in _options("experiment")] \
+    + [f"evaluation={e}" for e in _options("evaluation")]
 
 
 # Text models (empathic_fusion/text/) pair with text tables, not with the multimodal datamodule: they are composed

@@ -164,7 +164,7 @@ def test_a_fusion_run_reports_its_intervals(tiny_dataset, tiny_store, tmp_path):
     data = [f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
             "data.extract_workers=1", "trainer.max_epochs=1", "trainer.accelerator=cpu", "logger=none",
             "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1",
-            "model=story_similarity", "modality=t", "evaluation.bootstrap=0", "evaluation.plots=false",
+            "model=story_similarity", "modality=t", "evaluation=lean",
             "evaluation.interval_coverage=0.8"]
     out = tmp_path / "run"
     results = train(compose_config(data, out))
@@ -187,7 +187,7 @@ def test_a_fusion_run_reports_its_intervals(tiny_dataset, tiny_store, tmp_path):
 
     evaluated = tmp_path / "val"
     again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", "split=val", "trainer.accelerator=cpu",
-                                     "evaluation.bootstrap=0", "evaluation.plots=false",
+                                     "evaluation=lean",
                                      "evaluation.interval_coverage=0.8"], evaluated, "evaluate"))
     in_sample = again["intervals"]
     assert in_sample["in_sample"] and "in-sample" in in_sample["note"]

@@ -160,6 +160,7 @@ def test_fusion_report_writes_groups(dataset_copy, tiny_store, tmp_path):
             "data.extract_workers=1", "trainer.max_epochs=1", "trainer.accelerator=cpu", "logger=none",
             "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1",
             "model=story_similarity", "modality=t", "evaluation.plots=false", "evaluation.bootstrap=50",
+            "evaluation.missing_modalities=false",
             "evaluation.min_group_size=1", "evaluation.group_bins=2"]
     with pytest.raises(ConfigError, match="available: .*'gender'"):
         train(compose_config(base + ["evaluation.groups=[age]"], out))

@@ -152,8 +152,7 @@ def test_a_new_fusion_model_is_its_net_file_and_its_config(toy_model, tiny_datas
         cfg = compose_config([toy_model, f"model={name}", f"data.dataset_dir={tiny_dataset}",
                               f"data.store_dir={tiny_store}", "data.demo=null", "modality=v+t", "trainer.max_epochs=1",
                               "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "logger=none",
-                              "evaluation.bootstrap=0", "evaluation.plots=false",
-                              "evaluation.missing_modalities=false"], out)
+                              "evaluation=lean"], out)
         results = train(cfg)
         (out / ".hydra").mkdir()
         OmegaConf.save(cfg, out / ".hydra" / "config.yaml")

@@ -19,7 +19,7 @@ from empathic_fusion.utils.compose import compose_config
 pytestmark = pytest.mark.slow  # trains a fusion and a text model
 
 COMMON = ["trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-          "logger=none", "seed=1", "evaluation.bootstrap=0", "evaluation.plots=false"]
+          "logger=none", "seed=1", "evaluation=lean"]
 HEADER_KEYS = {"module", "model", "format", "created", "commit", "data"}
 
 
@@ -47,14 +47,16 @@ def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, 
     written = json.loads((out / "test_metrics.json").read_text())
     assert written["model"]["rating"]["pearson"] == pytest.approx(results["model"]["rating"]["pearson"])
     assert (out / "test_metrics.md").exists() and (out / "test_metrics.csv").exists() and (out / "test_predictions.csv").exists()
+    # evaluation=lean: no bootstrap CIs, no missing-modality report, no plots
+    assert not written.get("ci") and "missing_modalities" not in written
+    assert not list(out.rglob("*.png")) and not (out / "test_missing_modalities.csv").exists()
     header = read_header(results["best_checkpoint"])
     assert HEADER_KEYS <= set(header) and header["module"] == kind and header["model"] == model
     assert header["format"] == 3 and header["data"]  # the datamodule's describe()
     module = load_module(results["best_checkpoint"])
     assert type(module) is cls and module.kind == kind and module.optimizer_cfg["_target_"] == "torch.optim.AdamW"
     assert type(load_module(out)) is cls  # the run folder: its best checkpoint
-    again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation.bootstrap=0",
-                                     "evaluation.plots=false"], tmp_path, "evaluate"))
+    again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation=lean"], tmp_path, "evaluate"))
     for metric, value in results["model"]["rating"].items():
         assert again["model"]["rating"][metric] == pytest.approx(value, abs=1e-5, nan_ok=True), metric
 

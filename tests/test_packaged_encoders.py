@@ -93,7 +93,7 @@ def test_an_installed_mpnet_trains_a_text_model_offline(tmp_path):
                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
                           "data.cv_folds=3", "model.net.encoder.model_path=mpnet", "model.net.encoder.cache_dir=null",
                           "trainer.max_epochs=3", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
-                          "logger=none"], tmp_path / "out")
+                          "logger=none", "evaluation=lean"], tmp_path / "out")
     results = train(cfg)
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     header = checkpoint["empathic_fusion"]

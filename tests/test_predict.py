@@ -57,7 +57,8 @@ def text_fusion_run(tiny_dataset, tiny_store, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("text_fusion_run")
     train(compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
                           "modality=t", "data.split_fractions=[0.6,0.2,0.2]", "data.extract_workers=1",
-                          "trainer.max_epochs=1", "evaluation.bootstrap=50", "trainer.accelerator=cpu",
+                          "trainer.max_epochs=1", "evaluation.bootstrap=50", "evaluation.missing_modalities=false",
+                          "trainer.accelerator=cpu",
                           "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "logger=none"],
                          out))
     return out
@@ -187,7 +188,8 @@ def conversation_run(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     table.to_csv(root / "table.csv", index=False)
     train(compose_config(["experiment=text_empathetic_exchanges", f"data.path={root / 'table.csv'}", "data.cv_folds=3",
                           "trainer.max_epochs=2", "model.net.encoder.cache_dir=null", "logger=none",
-                          "trainer.enable_progress_bar=false", "evaluation.bootstrap=20", "evaluation.plots=false"],
+                          "trainer.enable_progress_bar=false", "evaluation.bootstrap=20", "evaluation.plots=false",
+                          "evaluation.missing_modalities=false"],
                          root / "out"))
     return root / "out", table
 

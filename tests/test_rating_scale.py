@@ -144,7 +144,8 @@ def seven_run(tmp_path_factory) -> dict:
     dataset = write_dataset(root / "data", {"name": "seven", "fps": 15, "rating_scale": [1, 7]})
     overrides = [f"data.dataset_dir={dataset}", f"data.store_dir={root / 'store'}", "data.demo=null", "modality=t",
                  "data.split_fractions=[0.6,0.2,0.2]", "data.extract_workers=1", "trainer.max_epochs=1",
-                 "evaluation.bootstrap=20", "evaluation.plots=false", "trainer.accelerator=cpu",
+                 "evaluation.bootstrap=20", "evaluation.plots=false", "evaluation.missing_modalities=false",
+                 "trainer.accelerator=cpu",
                  "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "logger=none"]
     cfg = compose_config(overrides, root / "run")
     results = train(cfg)
@@ -231,7 +232,7 @@ def test_predict_refuses_ratings_on_another_scale_than_the_model(seven_run, tmp_
 def test_evaluate_checks_the_threshold_against_the_checkpoints_scale(seven_run, tmp_path):
     from empathic_fusion.pipeline import evaluate
 
-    common = [f"ckpt_path={seven_run['ckpt']}", "evaluation.bootstrap=0", "evaluation.plots=false",
+    common = [f"ckpt_path={seven_run['ckpt']}", "evaluation=lean",
               "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false"]
     summary = evaluate(compose_config(common + ["evaluation.threshold_rating=6"], tmp_path / "six", "evaluate"))
     assert summary["thresholds"]["rating"]["prediction_rating"] == pytest.approx(6.0)

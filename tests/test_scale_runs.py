@@ -39,7 +39,7 @@ def _data_overrides(dataset: Path, store: Path) -> list[str]:
             "model.net.hidden_sizes={video:8,audio:8,text:8}", "model.net.representation_dim=16",
             "model.net.post_fusion_hidden=16", "model.head=regression", "model.optimizer.lr=1e-3",
             "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-            "evaluation.bootstrap=0", "evaluation.plots=false"]
+            "evaluation=lean"]
 
 
 @pytest.fixture(scope="module")

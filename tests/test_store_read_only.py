@@ -195,7 +195,7 @@ try:
     from empathic_fusion.utils.compose import compose_config
 
     common = [f"data.store_dir={args['store']}", "data.demo=null", "modality=t", "data.split_fractions=[0.6,0.2,0.2]",
-              "data.extract_workers=1", "trainer.max_epochs=1", "evaluation.bootstrap=0", "evaluation.plots=false",
+              "data.extract_workers=1", "trainer.max_epochs=1", "evaluation=lean",
               "trainer.accelerator=cpu", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
               "logger=none"]
     cache = [f"data.frame_cache_dir={tmp / 'frame_cache'}"]
@@ -212,8 +212,8 @@ try:
     trained = train(compose_config([f"data.dataset_dir={args['dataset']}", *common, *cache], tmp / "train"))
     results["ckpt"] = trained["best_checkpoint"]
     results["test"] = trained["model"]["rating"]["mse"]
-    summary = evaluate(compose_config([f"ckpt_path={trained['best_checkpoint']}", "evaluation.bootstrap=0",
-                                       "evaluation.plots=false", "trainer.enable_progress_bar=false",
+    summary = evaluate(compose_config([f"ckpt_path={trained['best_checkpoint']}", "evaluation=lean",
+                                       "trainer.enable_progress_bar=false",
                                        "trainer.enable_model_summary=false"], tmp / "evaluate", "evaluate"))
     results["evaluate"] = summary["model"]["rating"]["mse"]
     predicted = run_predict(compose_config([f"ckpt_path={trained['best_checkpoint']}",
