@@ -56,7 +56,8 @@ def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, 
     module = load_module(results["best_checkpoint"])
     assert type(module) is cls and module.kind == kind and module.optimizer_cfg["_target_"] == "torch.optim.AdamW"
     assert type(load_module(out)) is cls  # the run folder: its best checkpoint
-    again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation=lean"], tmp_path, "evaluate"))
+    again = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", *COMMON[:3], "evaluation=lean"],
+                                    tmp_path, "evaluate"))
     for metric, value in results["model"]["rating"].items():
         assert again["model"]["rating"][metric] == pytest.approx(value, abs=1e-5, nan_ok=True), metric
 

@@ -188,8 +188,7 @@ def conversation_run(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     table.to_csv(root / "table.csv", index=False)
     train(compose_config(["experiment=text_empathetic_exchanges", f"data.path={root / 'table.csv'}", "data.cv_folds=3",
                           "trainer.max_epochs=2", "model.net.encoder.cache_dir=null", "logger=none",
-                          "trainer.enable_progress_bar=false", "evaluation.bootstrap=20", "evaluation.plots=false",
-                          "evaluation.missing_modalities=false"],
+                          "trainer.enable_progress_bar=false", "evaluation.bootstrap=20", "evaluation.plots=false"],
                          root / "out"))
     return root / "out", table
 
