@@ -217,6 +217,26 @@ def busy_notice(record: LoadRecord | None) -> str:
             "it, but any seconds in this file are slower than on a quiet machine.\n" % (record.start[0], record.cores))
 
 
+# Runs of this benchmark that run_resumable read from an earlier invocation's run folder instead of running:
+# (run folder, the 1-minute load when that run started, or None where its record has none).
+REUSED_RUNS: list[tuple[Path, float | None]] = []
+
+
+def reused_notice() -> str:
+    """A line under the header when some runs were read from an earlier invocation (`--run-dir`): their
+    seconds were timed then, so the load above does not apply to them."""
+    if not REUSED_RUNS:
+        return ""
+    loads = [load for _, load in REUSED_RUNS]
+    known = ", ".join(f"{load:.2f}" for load in loads if load is not None)
+    unknown = sum(load is None for load in loads)
+    said = "; ".join(part for part in (known and f"1-minute load at their start: {known}",
+                                        unknown and f"{unknown} with no load recorded") if part)
+    return (f"> **{len(REUSED_RUNS)} run(s) were read from an earlier invocation's run folder** (`--run-dir`): "
+            f"their seconds were timed then, under the load of that time ({said}), not under the load above. "
+            "The metrics do not depend on it.\n")
+
+
 def _path_prefixes() -> list[tuple[str, str]]:
     """(absolute prefix, what it becomes): the checkout, its parent folder, the temporary folder, home.
     Both the given and the resolved form of each, longest first."""
@@ -279,8 +299,8 @@ def header(title: str, record: LoadRecord | None = None) -> str:
              f"- date: {date}",
              f"- load: {load_line(record)}",
              f"- command: `{command()}`", ""]
-    notice = busy_notice(record)
-    return "\n".join(lines + ([notice] if notice else []))
+    notices = [text for text in (busy_notice(record), reused_notice()) if text]
+    return "\n".join(lines + notices)
 
 
 def write_results(args: argparse.Namespace, title: str, body: str) -> Path | None:
@@ -304,12 +324,16 @@ def run_resumable(command: list[str], run_dir: Path, marker: str, env: dict[str,
     finished = run_dir / marker
     if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
         print(f"reusing the finished run in {run_dir}", flush=True)
-        return json.loads(finished.read_text())["seconds"]
+        record = json.loads(finished.read_text())
+        REUSED_RUNS.append((run_dir, record.get("load_at_start")))
+        return record["seconds"]
     print(f"$ {shown}  ({run_dir})", flush=True)
+    load = load_average()
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{failure} failed with exit status {done.returncode}: see {run_dir}")
-    finished.write_text(json.dumps({"command": command[1:], "seconds": seconds}))
+    finished.write_text(json.dumps({"command": command[1:], "seconds": seconds,
+                                    "load_at_start": None if load is None else load[0]}))
     return seconds

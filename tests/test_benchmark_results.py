@@ -42,6 +42,24 @@ def test_results_file_names_machine_commit_date_load_and_command(tmp_path, monke
     assert text.rstrip().endswith("| 1 |")
 
 
+def test_runs_read_from_an_earlier_invocation_are_named_with_the_load_they_were_timed_under(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "REUSED_RUNS", [])
+    monkeypatch.setattr(results, "load_average", lambda: (2.5, 2.0, 1.0))
+    command = [sys.executable, "-c", "pass"]
+    first = results.run_resumable(command, tmp_path, "done.json", dict(os.environ), "pass", "the run")
+    assert results.REUSED_RUNS == [] and results.reused_notice() == ""
+    monkeypatch.setattr(results, "load_average", lambda: (0.1, 0.1, 0.1))
+    assert results.run_resumable(command, tmp_path, "done.json", dict(os.environ), "pass", "the run") == first
+    other = tmp_path / "older"
+    other.mkdir()
+    (other / "done.json").write_text('{"command": ["-c", "pass"], "seconds": 3.0}')  # written before loads were kept
+    assert results.run_resumable(command, other, "done.json", dict(os.environ), "pass", "the run") == 3.0
+    notice = results.reused_notice()
+    assert "2 run(s) were read from an earlier invocation's run folder" in notice
+    assert "1-minute load at their start: 2.50; 1 with no load recorded" in notice
+    assert notice in results.header("Title", None)
+
+
 def test_paths_of_the_writing_machine_become_relative(tmp_path):
     root, tmp = str(PROJECT_ROOT), tempfile.gettempdir()
     text = (f"run {root}/logs/x and {root} and {tmp}/bench-1/out.md and {PROJECT_ROOT.parent}/shared/video.mp4 "
