@@ -18,6 +18,7 @@ sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 import demo_runs  # noqa: E402
 
 README_COMMAND = "python train.py experiment=demo"
+STEADY_SPREAD = 0.05  # per-rating r: well under the gap between a model that learned and one that did not
 
 
 def test_demo_md_records_the_range_of_the_readme_command_over_seeds():
@@ -30,6 +31,16 @@ def test_demo_md_records_the_range_of_the_readme_command_over_seeds():
     assert expected["runs"] >= len(recorded["seeds"]) + len(recorded["kernels"]) >= 7
     assert expected["low"] == pytest.approx(expected["mean"] - demo_runs.EXPECTED_SDS * expected["sd"], abs=2e-6)
     assert expected["low"] <= rating["min"] and rating["max"] <= expected["high"]
+
+
+def test_the_demo_is_a_steady_yardstick_over_seeds_and_cpu_kernels():
+    """One run of `make train` is compared with the recorded range, so its r must travel: its spread over
+    seeds (sd) and over CPU kernels (the default seed's range) stays under STEADY_SPREAD in per-rating r."""
+    recorded = demo_runs.recorded_ranges()["lf_lstm_vat"]
+    by_kernels = [recorded["rating_pearson"]["default_seed"]] + [
+        variant["rating_pearson"] for variant in recorded["kernels"].values()]
+    assert recorded["rating_pearson"]["sd"] < STEADY_SPREAD, recorded["rating_pearson"]
+    assert len(by_kernels) >= 3 and max(by_kernels) - min(by_kernels) < STEADY_SPREAD, by_kernels
 
 
 def test_the_expected_range_is_the_mean_plus_minus_three_sd_of_every_run():
