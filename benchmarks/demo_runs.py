@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             f"validation checkpoint of each run; MSE is on the 1-5 rating scale. Each command ran once "
             f"per seed in its own process ({kernel_environment(run_environment(''))})"
             + (f", and the command as typed (seed {default.seed}) again with other CPU kernels" if kernels else "")
-            + f". One run's r moves with the seed, the CPU's kernels and the threads its features were "
-            f"extracted with; the spread over seeds and kernels is what another machine should expect.\n\n"
+            + ". One run's r moves with the seed, the CPU's kernels and the threads its features were "
+            "extracted with; the spread over seeds and kernels is what another machine should expect.\n\n"
             + "\n".join(sections)
             + f"\n## Ranges for the reproduction test\n\nRead by tests/test_demo_reproducible.py: a new run of each "
               f"command (seed {default.seed}) must give a per-rating r within `expected_rating_pearson`, the mean ± "

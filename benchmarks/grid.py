@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import resource
 import shutil
 import subprocess

@@ -11,7 +11,6 @@ import lightning as L
 import pytest
 import torch
 from hydra.errors import InstantiationException
-from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, Dataset
 
 from empathic_fusion.models.components.attention import masked_self_attention

@@ -6,7 +6,6 @@ from __future__ import annotations
 import builtins
 import sys
 from importlib.metadata import PackageNotFoundError
-from pathlib import Path
 
 import pytest
 

@@ -8,7 +8,6 @@ import math
 import os
 import subprocess
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import lightning as L
@@ -115,25 +114,22 @@ def _private_strings(dataset: Path) -> list[str]:
     return participants + said + texts
 
 
-def _log_span(log: Path) -> tuple[datetime, datetime]:
-    """First and last timestamps of a Hydra job log ([2026-01-01 10:00:00,123][...])."""
-    stamps = [datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f") for line in log.read_text().splitlines()
-              if line.startswith("[20")]
-    return stamps[0], stamps[-1]
-
-
 def test_shared_device_launcher_runs_sweep_jobs_at_once(tiny, tmp_path):
     """hydra/launcher=shared_device: two jobs of a sweep train at the same time, each in its own process."""
-    sweep = tmp_path / "sweep"
+    sweep, met = tmp_path / "sweep", tmp_path / "met"
+    # each job waits at the start of its training until both have got there (tests/rendezvous.py): jobs run one
+    # after another would never meet, and the sweep would record the first one's failure
+    env = {**_env(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT / "tests"),
+                                                                         os.environ.get("PYTHONPATH")]))}
     _train_py(["-m", *_data_overrides(tiny["dataset"], tiny["store"]), "hydra/launcher=shared_device",
                "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", "logger=[csv]", "trainer.max_epochs=2",
-               "seed=1,2"], _env(tmp_path))
+               "+callbacks.rendezvous._target_=rendezvous.Rendezvous", f"+callbacks.rendezvous.folder={met}",
+               "seed=1,2"], env)
     for job in range(2):
         metrics = json.loads((sweep / str(job) / "test_metrics.json").read_text())
         assert math.isfinite(metrics["model"]["rating"]["mse"])
-    (first_start, first_end), (second_start, second_end) = (_log_span(sweep / str(job) / "train.log") for job in range(2))
-    assert first_start < second_end and second_start < first_end  # their runs overlap in time
     assert not (sweep / "failures.json").exists()
+    assert len(list(met.iterdir())) == 2  # two processes met
 
 
 def test_submitit_local_sweep_with_wandb_offline(tiny, tmp_path):
