@@ -218,21 +218,20 @@ def busy_notice(record: LoadRecord | None) -> str:
 
 
 # Runs of this benchmark that run_resumable read from an earlier invocation's run folder instead of running:
-# (run folder, the 1-minute load when that run started, or None where its record has none).
-REUSED_RUNS: list[tuple[Path, float | None]] = []
+# the 1-minute load when each started, or None where its record has none.
+REUSED_RUN_LOADS: list[float | None] = []
 
 
 def reused_notice() -> str:
     """A line under the header when some runs were read from an earlier invocation (`--run-dir`): their
     seconds were timed then, so the load above does not apply to them."""
-    if not REUSED_RUNS:
+    if not REUSED_RUN_LOADS:
         return ""
-    loads = [load for _, load in REUSED_RUNS]
-    known = ", ".join(f"{load:.2f}" for load in loads if load is not None)
-    unknown = sum(load is None for load in loads)
+    known = ", ".join(f"{load:.2f}" for load in REUSED_RUN_LOADS if load is not None)
+    unknown = sum(load is None for load in REUSED_RUN_LOADS)
     said = "; ".join(part for part in (known and f"1-minute load at their start: {known}",
                                         unknown and f"{unknown} with no load recorded") if part)
-    return (f"> **{len(REUSED_RUNS)} run(s) were read from an earlier invocation's run folder** (`--run-dir`): "
+    return (f"> **{len(REUSED_RUN_LOADS)} run(s) were read from an earlier invocation's run folder** (`--run-dir`): "
             f"their seconds were timed then, under the load of that time ({said}), not under the load above. "
             "The metrics do not depend on it.\n")
 
@@ -322,10 +321,10 @@ def run_resumable(command: list[str], run_dir: Path, marker: str, env: dict[str,
     same command (an interrupted benchmark given the same `--run-dir`), the finished run is reused
     instead. `shown` is the command as a user types it; a failed run stops the benchmark with `failure`."""
     finished = run_dir / marker
-    if finished.is_file() and json.loads(finished.read_text())["command"] == command[1:]:
+    record = json.loads(finished.read_text()) if finished.is_file() else None
+    if record is not None and record["command"] == command[1:]:
         print(f"reusing the finished run in {run_dir}", flush=True)
-        record = json.loads(finished.read_text())
-        REUSED_RUNS.append((run_dir, record.get("load_at_start")))
+        REUSED_RUN_LOADS.append(record.get("load_at_start"))
         return record["seconds"]
     print(f"$ {shown}  ({run_dir})", flush=True)
     load = load_average()

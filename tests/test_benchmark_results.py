@@ -43,11 +43,11 @@ def test_results_file_names_machine_commit_date_load_and_command(tmp_path, monke
 
 
 def test_runs_read_from_an_earlier_invocation_are_named_with_the_load_they_were_timed_under(tmp_path, monkeypatch):
-    monkeypatch.setattr(results, "REUSED_RUNS", [])
+    monkeypatch.setattr(results, "REUSED_RUN_LOADS", [])
     monkeypatch.setattr(results, "load_average", lambda: (2.5, 2.0, 1.0))
     command = [sys.executable, "-c", "pass"]
     first = results.run_resumable(command, tmp_path, "done.json", dict(os.environ), "pass", "the run")
-    assert results.REUSED_RUNS == [] and results.reused_notice() == ""
+    assert results.REUSED_RUN_LOADS == [] and results.reused_notice() == ""
     monkeypatch.setattr(results, "load_average", lambda: (0.1, 0.1, 0.1))
     assert results.run_resumable(command, tmp_path, "done.json", dict(os.environ), "pass", "the run") == first
     other = tmp_path / "older"
