@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Every GPU measurement of the project in one run of about 8 minutes on one H100, each part with its own
-# time limit, so a lent GPU machine is used in one call (../shared/GPU_CHECKLIST.md; docs/scaling.md).
+# Every GPU measurement of the project in one run of at most 9 minutes on one H100 (GPU_CHECK_BUDGET seconds,
+# default 540), each part with its own time limit inside that budget, so a lent GPU machine is used in one
+# call (../shared/GPU_CHECKLIST.md; docs/scaling.md). The timings run first, alone on the machine; then the
+# GPU tests, train.py and the text sweep side by side in the time left. Each part's results and logs are
+# copied to $OUT as soon as it ends, so a call stopped at its limit still brings back what finished.
 #
 #   python benchmarks/gpu_pack.py          # here: what a bare GPU machine lacks, in .gpu_pack/ (under 64 MiB)
 #   bash benchmarks/gpu_check.sh           # there, from the checkout's root, with .gpu_pack/ beside it
@@ -17,6 +20,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 RESULTS=${GPU_CHECK_RESULTS:-docs/results/gpu}   # GPU results, beside the CPU ones in docs/results (not remade by make results)
 LOGS=logs/gpu_check
 WORK=${GPU_CHECK_WORK:-/tmp/empathic_gpu_check}
+rm -rf "$LOGS"   # this check's logs only: a run folder left by an earlier check would be resumed, its results reported
 mkdir -p "$LOGS" "$WORK"
 SUMMARY=$LOGS/summary.md
 : > "$SUMMARY"
@@ -38,6 +42,8 @@ else
 fi
 
 mkdir -p "$RESULTS"
+BUDGET=${GPU_CHECK_BUDGET:-540}   # seconds for the whole check: a device call may run 600
+REPORT_SECONDS=20                 # kept back for the report and the copy to $OUT
 
 # GPU_CHECK_PARTS picks parts (default all): tests train text mmsa steps grid; GPU_CHECK_TEXT adds overrides to
 # the text sweep (e.g. a reduced recipe when time is short: the report shows the command) and GPU_CHECK_TEXT_LIMIT
@@ -47,9 +53,27 @@ PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid} "
 SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
 wanted() { [[ "$PARTS" == *" $1 "* ]]; }
 
-# part NAME SECONDS COMMAND...: run with a time limit, log to $LOGS/NAME.log, a line in the summary
+# ship: the results and logs so far to $OUT (the device tool's output folder), after every part
+ship() {
+  [ -n "${OUT:-}" ] || return 0
+  find "$RESULTS" -maxdepth 1 -name '*.md' -newer "$LOGS/header.md" -exec cp {} "$OUT"/ \;   # this check's files only
+  # written aside, then renamed: parts side by side may ship at once
+  tar czf "$OUT/logs.$BASHPID.tgz" --exclude='*.ckpt' "$LOGS" 2>/dev/null && mv -f "$OUT/logs.$BASHPID.tgz" "$OUT/gpu_check_logs.tar.gz"
+  return 0
+}
+
+# within SECONDS: the smaller of SECONDS and what the budget has left (less the report's share), at least 1
+within() {
+  local left=$((BUDGET - REPORT_SECONDS - SECONDS))
+  [ "$1" -lt "$left" ] && left=$1
+  [ "$left" -lt 1 ] && left=1
+  echo "$left"
+}
+
+# part NAME SECONDS COMMAND...: run with a time limit (cut to the budget left), log to $LOGS/NAME.log, a line
+# in the summary, then ship
 part() {
-  local name=$1 limit=$2; shift 2
+  local name=$1 limit; limit=$(within "$2"); shift 2
   local began=$SECONDS
   timeout --kill-after=10 "$limit" "$@" > "$LOGS/$name.log" 2>&1
   local status=$?
@@ -58,6 +82,7 @@ part() {
   [ $status -ne 0 ] && [ "$outcome" = passed ] && outcome="failed (exit status $status)"
   echo "| $name | $outcome | $((SECONDS - began)) s |" >> "$SUMMARY"
   echo "$name: $outcome ($((SECONDS - began)) s)"
+  ship
   return $status
 }
 
@@ -66,19 +91,29 @@ part() {
   echo "- machine: $($PY -c 'import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "| torch", torch.__version__, "| CUDA", torch.version.cuda)') | $(nproc) CPU cores | Python $($PY -c 'import platform; print(platform.python_version())')"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- commit: $($PY -c 'import sys; sys.path.insert(0, "benchmarks"); from results import commit; print(commit())')"
-  echo "- command: \`$(env | grep -E '^GPU_CHECK_(PARTS|TEXT|TEXT_LIMIT|DEVICE)=' | sort | sed -E 's/=(.*)/="\1"/' | tr '\n' ' ')bash benchmarks/gpu_check.sh\`"; echo
+  echo "- command: \`$(env | grep -E '^GPU_CHECK_(PARTS|TEXT|TEXT_LIMIT|DEVICE|BUDGET)=' | sort | sed -E 's/=(.*)/="\1"/' | tr '\n' ' ')bash benchmarks/gpu_check.sh\`"; echo
   echo "| part | outcome | seconds |"; echo "|---|---|---|"
 } > "$LOGS/header.md"
 
-# 1. Not timed, side by side: the GPU tests, train.py on the GPU (LF-LSTM v+a+t as the demo trains, TFN v+t)
-#    on a synthetic store in the real format, and the fine-tuned text recipe's fold sweep on EmpatheticExchanges
-#    (folds at once on the one GPU, as hydra/launcher=shared_device runs a sweep).
+# The synthetic store train.py reads below (a store in the real format; grid.py writes its own).
 $PY -c "import sys; sys.path.insert(0, '.'); from benchmarks.grid import write_synthetic; \
 write_synthetic(__import__('pathlib').Path('$WORK/store'), $STORE, {'face': 1451, 'audio': 65, 'text': 384})" \
   > "$LOGS/store.log" 2>&1
+
+# 1. Timings, one at a time and first, while nothing else runs: our nets against MMSA's per precision, the step
+#    overhead, the grid.
+MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa
+wanted mmsa && part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
+  --out $RESULTS/models_vs_mmsa.md
+wanted steps && part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
+wanted grid && part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+
+# 2. Not timed, side by side in the time left: the GPU tests, train.py on the GPU (LF-LSTM v+a+t as the demo trains, TFN v+t)
+#    on a synthetic store in the real format, and the fine-tuned text recipe's fold sweep on EmpatheticExchanges
+#    (folds at once on the one GPU, as hydra/launcher=shared_device runs a sweep).
 DATA="data=empathic_stories data.dataset_dir=$WORK/store/dataset data.store_dir=$WORK/store/store logger=csv"
 GPU_TESTS=$(grep -l "mark.gpu" tests/test_*.py | tr '\n' ' ')
-wanted tests && part pytest_gpu 170 $PY -m pytest -q -m gpu -n 3 -p no:cacheprovider $GPU_TESTS &
+wanted tests && part pytest_gpu 170 $PY -m pytest -v -m gpu -n 3 -p no:cacheprovider $GPU_TESTS &
 TABLE=$PWD/.gpu_pack/text/EmpatheticExchanges_5ES.csv; [ -f "$TABLE" ] || TABLE=$PWD/../shared/data/empathetic_exchanges/EmpatheticExchanges_5ES.csv
 SWEEP_DIR=$LOGS/text_finetune_sweep
 echo "train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER hydra/launcher=shared_device $SWEEP" > "$LOGS/text_command.txt"
@@ -90,23 +125,13 @@ if wanted train; then
   part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
 fi
 wait
-# a part stopped at its limit may leave worker processes (a launcher's) on the GPU: none may run beside the timings
+# a part stopped at its limit may leave worker processes (a launcher's) on the GPU: none may outlive the check
 if command -v nvidia-smi > /dev/null; then
   for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
 fi
 
-# 2. Timings, one at a time: our nets against MMSA's per precision, the step overhead, the grid.
-MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa
-wanted mmsa && part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
-  --out $RESULTS/models_vs_mmsa.md
-wanted steps && part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
-wanted grid && part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
-
 # The report: the parts, then what each produced.
 $PY benchmarks/gpu_check_report.py "$LOGS" "$RESULTS/gpu_check.md" > "$LOGS/report.log" 2>&1 || cat "$LOGS/report.log"
 
-if [ -n "${OUT:-}" ]; then
-  cp "$RESULTS"/*.md "$OUT"/ 2>/dev/null
-  tar czf "$OUT/gpu_check_logs.tar.gz" --exclude='*.ckpt' "$LOGS" 2>/dev/null
-fi
+ship
 cat "$RESULTS/gpu_check.md"

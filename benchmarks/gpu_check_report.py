@@ -22,8 +22,18 @@ NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py
            "instead; the demo's own numbers are the CPU's ([../demo.md](../demo.md)).")
 
 
+PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "models_vs_mmsa", "step_overhead", "grid")
+TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
+           ("step_overhead", "The step overhead", "step_overhead.md"),
+           ("grid", "The grid", "grid.md"))
+_NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+")
+
+
 def _tail(path: Path, lines: int) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.is_file() else "(no log)"
+    """The last lines of a log, warnings left out."""
+    if not path.is_file():
+        return "(no log)"
+    return "\n".join([line for line in path.read_text(errors="replace").splitlines() if not _NOISE.search(line)][-lines:])
 
 
 def train_section(logs: Path, name: str, title: str) -> list[str]:
@@ -92,6 +102,21 @@ def text_section(sweep: Path, beside: list[str]) -> list[str]:
     return lines + [""]
 
 
+def timing_section(logs: Path, name: str, title: str, results: Path, commit: str | None) -> list[str]:
+    """A timing part's tables as its benchmark printed them (warnings left out), so the report holds the
+    numbers even where its results file did not come back from the machine; the file is linked when it
+    is this check's (the same commit)."""
+    log = logs / f"{name}.log"
+    kept = [line for line in (log.read_text(errors="replace").splitlines() if log.is_file() else [])
+            if not _NOISE.search(line)]
+    while kept and not kept[0].strip():
+        kept.pop(0)
+    body = "\n".join(kept).strip() or "(nothing printed)"
+    same = results.is_file() and commit is not None and f"- commit: {commit}" in results.read_text()
+    where = f"[{results.name}]({results.name})" if same else f"its results file ({results.name}) is not this check's"
+    return [f"## {title} (as its log printed it; {where})", "", body, ""]
+
+
 def _head(logs: Path) -> str:
     """The GPU machine's header lines (header.md, written there by gpu_check.sh) or, without them, this
     machine's (the report then runs where the check ran)."""
@@ -108,9 +133,12 @@ def main(argv: list[str]) -> int:
     logs, out = Path(argv[0]), Path(argv[1])
     parts = (logs / "summary.md").read_text().strip() if (logs / "summary.md").is_file() else ""
     ran = re.findall(r"^\| (\S+) \|", parts, re.M)
+    # a part with a log and no outcome was running when the whole call was stopped
+    cut = [name for name in PARTS if name not in ran and (logs / f"{name}.log").is_file()]
+    parts = "\n".join([parts, *(f"| {name} | stopped with the whole check (no outcome recorded) | - |" for name in cut)]).strip()
     lines = [_head(logs), "", "| part | outcome | seconds |", "|---|---|---|", parts, ""]
     if "pytest_gpu" in ran:
-        lines += ["## GPU tests (`pytest -m gpu`)", "", "```", _tail(logs / "pytest_gpu.log", 12), "```", ""]
+        lines += ["## GPU tests (`pytest -m gpu`)", "", "```", _tail(logs / "pytest_gpu.log", 14), "```", ""]
     if "train_lf_lstm" in ran:
         lines += train_section(logs, "train_lf_lstm", "train.py trainer=gpu (LF-LSTM, video + audio + text, as the demo)")
     if "train_tfn_v+t" in ran:
@@ -118,6 +146,10 @@ def main(argv: list[str]) -> int:
     if "text_finetune_sweep" in ran:
         beside = [name for part, name in (("pytest_gpu", "the GPU tests"), ("train_lf_lstm", "train.py")) if part in ran]
         lines += text_section(logs / "text_finetune_sweep", beside)
+    commit = re.search(r"^- commit: (\S+)", lines[0], re.M)
+    for name, title, results_file in TIMINGS:
+        if name in ran:
+            lines += timing_section(logs, name, title, out.parent / results_file, commit and commit.group(1))
     lines += ["## Not run here", "", f"- {NOT_RUN}", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(portable("\n".join(lines)))

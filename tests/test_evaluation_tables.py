@@ -57,6 +57,16 @@ def test_collect_and_aggregate_seeds(sweep):
     assert skipped_runs(sweep) == [{"skipped": True, "reason": "needs text"}]
 
 
+def test_a_job_that_failed_when_the_sweep_last_ran_leaves_its_earlier_results_out(sweep, caplog):
+    """Its folder still holds the test_metrics.json of an earlier run of the sweep: stale, so not in the tables."""
+    from empathic_fusion.utils.multirun import record_failure
+
+    record_failure(sweep, 0, ["seed=1"], RuntimeError("a checkpoint of another model"), sweep / "0")
+    runs = collect_runs(sweep)
+    assert len(runs) == (3 * 2 * 3 - 1) * 2 and str(sweep / "0") not in set(runs["run_dir"])
+    assert any("from an earlier run and is left out" in r.getMessage() for r in caplog.records)
+
+
 def test_best_bold_second_underlined_in_markdown_and_latex(sweep):
     summary = aggregate_runs(collect_runs(sweep).query("level == 'rating'"))
     marks = rank_marks(summary, ("pearson", "mse"))

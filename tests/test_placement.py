@@ -73,6 +73,30 @@ def test_trainer_cpu_reads_the_frame_arrays_out_of_core(synthetic_store, tmp_pat
     assert any("out of core" in r.getMessage() and "training on the CPU" in r.getMessage() for r in caplog.records)
 
 
+def test_a_text_run_encodes_its_table_on_the_device_it_trains_on(tmp_path):
+    """The frozen encoder is kept outside the module's children (no weights in checkpoints), so Lightning
+    never moves it, and the module's `setup` (where the table is encoded) runs before the module moves:
+    under trainer=gpu the table was encoded on the CPU. The encoder now goes to the trainer's device first."""
+    from empathic_fusion.core.sentence_encoder import SentenceEncoder
+    from empathic_fusion.models.text_module import attach_encoder
+    from empathic_fusion.text.synthetic import make_text_table
+
+    make_text_table(12, 2, seed=0).to_csv(tmp_path / "table.csv", index=False)
+    cfg = compose_config(["trainer=gpu", "data=text_csv", "model=text_regressor", "modality=t",
+                          f"data.path={tmp_path / 'table.csv'}", "data.text_columns=[text]",
+                          "data.label_columns=[emotional]", "data.cv_folds=3", "model.net.encoder.cache_dir=null",
+                          "logger=none"], tmp_path / "out")
+    calls: list[tuple[str, object]] = []
+    with _cuda_visible(), mock.patch.object(lightning_cuda, "num_cuda_devices", return_value=1):
+        datamodule, model, trainer = build_run(cfg)
+        model.trainer = trainer
+        with mock.patch.object(SentenceEncoder, "to", lambda self, device: calls.append(("to", device)) or self), \
+                mock.patch.object(SentenceEncoder, "warm", lambda self, texts: calls.append(("warm", len(texts)))):
+            attach_encoder(model, datamodule)  # what the module's setup does with the trainer's datamodule
+    assert calls[0] == ("to", torch.device("cuda", 0)) and calls[1][0] == "warm", calls
+    assert datamodule.embedder is model.frozen_encoder
+
+
 @pytest.mark.gpu
 def test_train_py_on_the_gpu_keeps_the_frame_arrays_in_gpu_memory(synthetic_store, tmp_path):
     # debug options train on the CPU (debug/default.yaml) unless told otherwise

@@ -85,8 +85,29 @@ def test_failing_multirun_job_is_recorded_and_listed(tmp_path):
         cfg.hydra.job.num = 3
         cfg.hydra.overrides.task = ["seed=5"]
     HydraConfig().set_config(cfg)
-    assert multirun.run_job(_failing, cfg) is None
     assert multirun.run_job(lambda c: {"best_validation": {"val/loss": 0.25}}, cfg) == 0.25
+    assert multirun.run_job(_failing, cfg) is None
     multirun.FailureReport().on_multirun_end(cfg)
     listed = json.loads((tmp_path / "sweep" / "failures.json").read_text())
     assert listed == [{"job": 3, "overrides": ["seed=5"], "error": "RuntimeError: out of memory on purpose"}]
+
+
+def test_a_job_run_again_replaces_its_failure_record(tmp_path):
+    """A sweep run a second time: a job that fails records its run folder (the sweep's tables then leave out
+    what an earlier run left there), and one that succeeds this time drops its old record and the old list."""
+    cfg = _compose([], tmp_path)
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.mode = "MULTIRUN"
+        cfg.hydra.sweep.dir = str(tmp_path / "sweep")
+        cfg.hydra.job.num = 0
+        cfg.hydra.overrides.task = ["seed=1"]
+        cfg.hydra.runtime.output_dir = str(tmp_path / "sweep" / "0")
+    HydraConfig().set_config(cfg)
+    assert multirun.run_job(_failing, cfg) is None
+    multirun.FailureReport().on_multirun_end(cfg)
+    assert multirun.failed_run_dirs(tmp_path / "sweep") == {(tmp_path / "sweep" / "0").resolve()}
+    assert (tmp_path / "sweep" / "failures.json").is_file()
+    assert multirun.run_job(lambda c: {"best_validation": {"val/loss": 0.25}}, cfg) == 0.25  # the sweep again
+    multirun.FailureReport().on_multirun_end(cfg)
+    assert multirun.collect_failures(tmp_path / "sweep") == [] and not (tmp_path / "sweep" / "failures.json").exists()

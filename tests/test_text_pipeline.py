@@ -339,5 +339,6 @@ def test_the_fine_tune_recipe_sweeps_its_folds_on_a_gpu_and_writes_the_sweep_tab
     assert done.returncode == 0, done.stderr[-3000:]
     assert not (sweep / "failures").exists(), [p.read_text()[-2000:] for p in (sweep / "failures").glob("*.json")]
     assert all((sweep / str(fold) / "test_metrics.json").is_file() for fold in (0, 1))
+    assert "frozen encoder on cuda:0" in (sweep / "0" / "train.log").read_text()  # the table embedded on the GPU
     table = (sweep / "paper_table_rating.md").read_text()
     assert "TextRegressor" in table and "training mean" in table

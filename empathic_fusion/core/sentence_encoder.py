@@ -446,11 +446,14 @@ class SentenceEncoder(nn.Module):
         with torch.no_grad():
             return self.forward(list(texts)).float().cpu().numpy()
 
-    def warm(self, texts: list[str]) -> None:
-        """Encode (and cache) all texts up front in large batches."""
+    def warm(self, texts: list[str]) -> int:
+        """Encode (and cache) all texts up front in large batches; returns how many were not cached yet."""
         unique = list(dict.fromkeys(texts))
+        missing = sum(1 for t in unique if (k := _text_key(t)) not in self._cache
+                      or (self.kept_layers and k not in self._layer_cache))
         for start in range(0, len(unique), self.batch_size * 8):
             self.forward(unique[start:start + self.batch_size * 8])
+        return missing
 
     def save_cache(self) -> None:
         """Persist new cache entries (and kept layers) to cache_dir (frozen mode only)."""

@@ -1,7 +1,8 @@
 """Tables and plots from a sweep directory (`python train.py -m ...`): one row per finished job,
 cells aggregated over seeds and CV folds, written next to the jobs.
 
-Every job of a sweep leaves `.hydra/config.yaml` and `test_metrics.json` in its folder; jobs a
+Every job of a sweep leaves `.hydra/config.yaml` and `test_metrics.json` in its folder (a job that failed
+when the sweep last ran it is left out: what its folder holds is from an earlier run); jobs a
 grid skipped (a baseline that cannot take a modality subset) leave `skipped.json` instead. Jobs whose
 report holds the missing-modality summary (fusion models, `evaluation.missing_modalities`) also give
 the robustness table: per model and modality subset, rating-level r with nothing missing, the relative
@@ -25,16 +26,31 @@ from omegaconf import DictConfig, OmegaConf
 from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.tables import NO_REFERENCE, aggregate_runs, model_display_name, write_tables
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
+from empathic_fusion.utils.multirun import failed_run_dirs
 
 log = logging.getLogger(__name__)
 LEVELS = ("window", "rating")
+
+
+def metrics_files(sweep_dir: Path, warn: bool = False) -> list[Path]:
+    """The jobs' test_metrics.json, but for jobs that failed when the sweep last ran them (their folder holds
+    an earlier run's results)."""
+    failed = failed_run_dirs(sweep_dir)
+    kept = []
+    for metrics_file in sorted(sweep_dir.rglob("test_metrics.json")):
+        if metrics_file.parent.resolve() not in failed:
+            kept.append(metrics_file)
+        elif warn:
+            log.warning("%s failed when the sweep last ran it (%s); its test_metrics.json is from an earlier run "
+                        "and is left out", metrics_file.parent, sweep_dir / "failures")
+    return kept
 
 
 def collect_runs(sweep_dir: Path | str) -> pd.DataFrame:
     """One row per (job, level): model, modality, seed, fold, scenario, run_dir and every metric."""
     sweep_dir = Path(sweep_dir)
     rows = []
-    for metrics_file in sorted(sweep_dir.rglob("test_metrics.json")):
+    for metrics_file in metrics_files(sweep_dir, warn=True):
         job = metrics_file.parent
         config_file = job / ".hydra" / "config.yaml"
         if not config_file.exists():
@@ -70,7 +86,7 @@ def collect_robustness(sweep_dir: Path | str) -> pd.DataFrame:
     rating-level `ROBUSTNESS_COLUMNS` (NaN where undefined: relative values need r(none) > 0; the removed
     ones need two modalities or more)."""
     rows = []
-    for metrics_file in sorted(Path(sweep_dir).rglob("test_metrics.json")):
+    for metrics_file in metrics_files(Path(sweep_dir)):
         missing = json.loads(metrics_file.read_text()).get("missing_modalities")
         config_file = metrics_file.parent / ".hydra" / "config.yaml"
         if not missing or not config_file.exists():

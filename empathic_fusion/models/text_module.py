@@ -358,13 +358,22 @@ class TextEmpathyModule(EmpathyLightningModule):
 
 
 def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> None:
-    """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set)."""
+    """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set), on the
+    device the run trains on. The frozen encoder is no submodule (its weights stay out of checkpoints), so
+    Lightning never moves it, and `setup` runs before the module itself is moved: without this, a
+    `trainer=gpu` run encoded its whole table on the CPU."""
     encoder = module.frozen_encoder
     datamodule.embedder = encoder
     datamodule.layer_sets = module.net.layer_sets
     module.encoder.check_languages(datamodule.fields)
     if encoder is not None:
+        trainer = module._trainer
+        if trainer is not None:
+            encoder.to(trainer.strategy.root_device)
         if module.net.layer_sets:
             encoder.keep_layers(max(module.net.layer_sets))  # from the same pass as the embeddings
-        encoder.warm(datamodule.all_texts())
+        started = time.perf_counter()
+        if encoded := encoder.warm(datamodule.all_texts()):
+            log.info("frozen encoder on %s: %d texts embedded in %.1f s", encoder.device, encoded,
+                     time.perf_counter() - started)
         encoder.save_cache()

@@ -72,16 +72,23 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def record_failure(sweep_dir: Path, job_num: int, overrides: list[str], error: BaseException) -> Path:
-    """Write one failed job's overrides and error to the sweep folder."""
+def record_failure(sweep_dir: Path, job_num: int, overrides: list[str], error: BaseException,
+                   run_dir: Path | str | None = None) -> Path:
+    """Write one failed job's overrides, error and run folder to the sweep folder."""
     folder = Path(sweep_dir) / FAILURES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{job_num}.json"
     path.write_text(json.dumps({
         "job": job_num, "overrides": list(overrides), "error": f"{type(error).__name__}: {error}",
+        "run_dir": None if run_dir is None else str(Path(run_dir).resolve()),
         "traceback": "".join(traceback.format_exception(error)),
     }, indent=1))
     return path
+
+
+def failed_run_dirs(sweep_dir: Path | str) -> set[Path]:
+    """The run folders of the jobs whose last run failed: what they hold is from an earlier run."""
+    return {Path(r["run_dir"]) for r in collect_failures(Path(sweep_dir)) if r.get("run_dir")}
 
 
 def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> float | None:
@@ -93,6 +100,9 @@ def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> fl
 def sweep_job(task: Callable[[DictConfig], T], cfg: DictConfig) -> T | None:
     """Run `task(cfg)` and return what it returns; in a multirun a job that raises is recorded in the
     sweep folder and returns None, so the other jobs still run (a single run still raises)."""
+    if in_multirun():  # the sweep run again: this job's earlier failure record gives way to this run's outcome
+        hydra_cfg = HydraConfig.get()
+        (Path(hydra_cfg.sweep.dir) / FAILURES_DIR / f"{int(hydra_cfg.job.num)}.json").unlink(missing_ok=True)
     try:
         return task(cfg)
     except Exception as error:
@@ -100,7 +110,8 @@ def sweep_job(task: Callable[[DictConfig], T], cfg: DictConfig) -> T | None:
             raise
         hydra_cfg = HydraConfig.get()
         path = record_failure(Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num),
-                              list(hydra_cfg.overrides.task), error)
+                              list(hydra_cfg.overrides.task), error,
+                              OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None))
         log.error("job %s failed (%s: %s); recorded in %s, the sweep goes on",
                   hydra_cfg.job.num, type(error).__name__, error, path)
         return None
@@ -119,7 +130,8 @@ class FailureReport(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         failures = collect_failures(sweep_dir)
-        if not failures:
+        if not failures:  # none now: a list left by an earlier run of the sweep is gone with its failures
+            (sweep_dir / FAILURES_FILE).unlink(missing_ok=True)
             return
         summary = [{k: r[k] for k in ("job", "overrides", "error")} for r in failures]
         (sweep_dir / FAILURES_FILE).write_text(json.dumps(summary, indent=1))

@@ -1,0 +1,47 @@
+"""benchmarks/gpu_check_report.py writes docs/results/gpu/gpu_check.md from the logs a GPU check brought
+back: a part still running when the whole call was stopped gets a row, and the timing parts' tables come
+from their logs (without warnings), linked to their results file only when that file is this check's."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from empathic_fusion.utils import PROJECT_ROOT
+
+sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
+import gpu_check_report  # noqa: E402
+
+COMMIT = "4929513dd2325c49d0212f3eb8199edf8f31c8d4"
+
+
+def _logs(root: Path) -> Path:
+    logs = root / "logs"
+    logs.mkdir()
+    (logs / "header.md").write_text(f"# GPU check\n\n- machine: GPU X\n- commit: {COMMIT}\n\n| part | outcome | seconds |\n")
+    (logs / "summary.md").write_text("| models_vs_mmsa | passed | 27 s |\n| step_overhead | passed | 86 s |\n")
+    (logs / "models_vs_mmsa.log").write_text(
+        "GPU X, batch 64\n\n| precision | model | ours ms/step |\n|---|---|---|\n"
+        "/site-packages/torch/nn/modules/rnn.py:1169: UserWarning: RNN module weights are not contiguous\n"
+        "  result = _VF.lstm(\n| 32 | tfn | 7.31 |\nresults written to docs/results/gpu/models_vs_mmsa.md\n")
+    (logs / "step_overhead.log").write_text("round 1/1 (after) done\n\n| model | net ms |\n|---|---|\n| tfn | 8.54 |\n")
+    (logs / "grid.log").write_text("Synthetic store: 0.44 GB on disk\n")
+    return logs
+
+
+def test_the_report_keeps_the_timing_tables_and_a_part_cut_by_the_call(tmp_path):
+    logs = _logs(tmp_path)
+    out = tmp_path / "results" / "gpu_check.md"
+    out.parent.mkdir()
+    (out.parent / "models_vs_mmsa.md").write_text(f"# ours vs MMSA\n\n- commit: {COMMIT}\n")
+    (out.parent / "step_overhead.md").write_text("# steps\n\n- commit: d149dcf62406c44ba6e5d4b777f9f01859e6b69c\n")
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    report = out.read_text()
+    assert "| grid | stopped with the whole check (no outcome recorded) | - |" in report
+    mmsa = report.split("## Our nets against MMSA's")[1].split("## ")[0]
+    assert "[models_vs_mmsa.md](models_vs_mmsa.md)" in mmsa
+    assert "| 32 | tfn | 7.31 |" in mmsa and "| precision | model | ours ms/step |" in mmsa
+    assert "Warning" not in mmsa and "_VF.lstm" not in mmsa and "results written" not in mmsa
+    steps = report.split("## The step overhead")[1].split("## ")[0]
+    assert "its results file (step_overhead.md) is not this check's" in steps and "| tfn | 8.54 |" in steps
+    assert "round 1/1" not in steps
+    assert "## The grid" not in report  # no outcome, so no tables to read: the row says what happened
