@@ -16,7 +16,7 @@ from empathic_fusion.evaluation.reports import module_report
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
-from empathic_fusion.models.checkpoints import load_module
+from empathic_fusion.models.checkpoints import check_resumable, load_module
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
@@ -84,8 +84,10 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         log_run_metadata(loggers, run_metadata(cfg, datamodule.describe()), out_dir)
         if cfg.train:
             # weights_only=False: a text run's checkpoint holds fitted vocabularies and ridge coefficients
-            trainer.fit(model, datamodule=datamodule, ckpt_path=resolve_ckpt_path(cfg.ckpt_path, trainer),
-                        weights_only=False)
+            resume = resolve_ckpt_path(cfg.ckpt_path, trainer)
+            if resume is not None:
+                check_resumable(resume, model)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=resume, weights_only=False)
         validation = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         checkpoint = trainer.checkpoint_callback
         best_validation = ({checkpoint.monitor: float(checkpoint.best_model_score)}

@@ -27,7 +27,7 @@ def _error_classes() -> list[tuple[type, type]]:
     from empathic_fusion.features.media import MediaError
     from empathic_fusion.features.openface_import import OpenFaceFormatError
     from empathic_fusion.features.store import StoreIntegrityError
-    from empathic_fusion.models.checkpoints import WrongKindError
+    from empathic_fusion.models.checkpoints import IncompatibleResumeError, WrongKindError
     from empathic_fusion.models.empathy_module import FeatureMismatchError
     from empathic_fusion.scoring.table import TableError
     from empathic_fusion.datamodules.text_table import TextTableError
@@ -36,7 +36,7 @@ def _error_classes() -> list[tuple[type, type]]:
             (StoreIntegrityError, RuntimeError), (StaleFeaturesError, RuntimeError),
             (FrameCacheSpaceError, OSError), (FrameCacheWriteError, OSError), (TableError, ValueError),
             (ClipError, ValueError), (OpenFaceFormatError, ValueError), (FeatureMismatchError, ValueError),
-            (WrongKindError, ValueError), (TextTableError, ValueError), (MissingFileError, FileNotFoundError)]
+            (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError), (MissingFileError, FileNotFoundError)]
 
 
 def test_every_user_error_keeps_the_builtin_type_callers_catch():

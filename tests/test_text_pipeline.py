@@ -271,6 +271,22 @@ def test_a_killed_text_run_resumes_from_its_last_checkpoint_with_the_fitted_expe
     assert resumed["model"]["rating"]["spearman"] > 0.5
 
 
+def test_a_folder_left_by_another_recipe_is_not_resumed_with_a_state_dict_error(run, tmp_path):
+    """A sweep run again into its old folder after the recipe changed (more experts) resumed the old
+    last.ckpt and failed in Lightning's strict load; the run now stops first, naming the checkpoint."""
+    from empathic_fusion.models.checkpoints import IncompatibleResumeError
+    from empathic_fusion.pipeline import train
+    from empathic_fusion.utils.compose import compose_config
+
+    _, _, root = run
+    overrides = _overrides(root, "logger=none", "model.baselines.enabled=false", "trainer.max_epochs=1",
+                           "model.robustness.n_texts=0")
+    train(compose_config(overrides + ["model.net.experts.1.layers=[1]"], tmp_path / "out"))
+    with pytest.raises(IncompatibleResumeError, match=r"last\.ckpt was written by a run of another model or recipe.*"
+                                                      r"not in this model|missing there"):
+        train(compose_config(overrides, tmp_path / "out"))
+
+
 def _inference_tensors(module) -> list[str]:
     """Names of the inference tensors a module holds: parameters, buffers, and tensors or modules kept
     outside its registered children (a cached net in `__dict__`), recursively."""

@@ -111,6 +111,31 @@ def metrics_note(path: Path, checkpoint: dict[str, Any] | None = None) -> str:
             "epoch of that run (serve the run folder to serve the best).")
 
 
+class IncompatibleResumeError(UserError, ValueError):
+    """A checkpoint to continue training from holds another network than the run builds."""
+
+
+def check_resumable(path: str | Path, module: torch.nn.Module) -> None:
+    """Fail with one message, before Lightning's own state-dict error, when `path` holds other tensors than
+    `module`: a run folder (or a sweep job's) left by a run of another model or recipe, which training
+    would otherwise resume."""
+    saved = read_checkpoint(Path(path)).get("state_dict", {})
+    ours = module.state_dict()
+    shape = lambda v: tuple(v.shape) if isinstance(v, torch.Tensor) else None  # noqa: E731
+    missing, extra = sorted(set(ours) - set(saved)), sorted(set(saved) - set(ours))
+    resized = sorted(k for k in set(ours) & set(saved) if shape(ours[k]) != shape(saved[k]))
+    if not (missing or extra or resized):
+        return
+    details = [f"{len(items)} {what}, e.g. {items[0]}" + (f" {list(shape(saved[items[0]]))} there, "
+                                                        f"{list(shape(ours[items[0]]))} here" if what == "of another shape" else "")
+               for items, what in ((missing, "missing there"), (extra, "not in this model"), (resized, "of another shape"))
+               if items]
+    raise IncompatibleResumeError(
+        f"{path} was written by a run of another model or recipe, so training cannot continue from it "
+        f"({'; '.join(details)}). Start afresh in another folder (hydra.run.dir=..., or hydra.sweep.dir=... for a "
+        f"sweep) or remove the old checkpoints/ there.")
+
+
 class WrongKindError(UserError, ValueError):
     """A checkpoint of another kind than the caller serves (a text checkpoint where a fusion one goes)."""
 
