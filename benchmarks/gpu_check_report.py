@@ -29,11 +29,15 @@ TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
 _NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+")
 
 
+def _log_lines(path: Path) -> list[str]:
+    """A log's lines, warnings and progress notes left out (none when there is no log)."""
+    lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+    return [line for line in lines if not _NOISE.search(line)]
+
+
 def _tail(path: Path, lines: int) -> str:
     """The last lines of a log, warnings left out."""
-    if not path.is_file():
-        return "(no log)"
-    return "\n".join([line for line in path.read_text(errors="replace").splitlines() if not _NOISE.search(line)][-lines:])
+    return "\n".join(_log_lines(path)[-lines:]) if path.is_file() else "(no log)"
 
 
 def train_section(logs: Path, name: str, title: str) -> list[str]:
@@ -106,12 +110,7 @@ def timing_section(logs: Path, name: str, title: str, results: Path, commit: str
     """A timing part's tables as its benchmark printed them (warnings left out), so the report holds the
     numbers even where its results file did not come back from the machine; the file is linked when it
     is this check's (the same commit)."""
-    log = logs / f"{name}.log"
-    kept = [line for line in (log.read_text(errors="replace").splitlines() if log.is_file() else [])
-            if not _NOISE.search(line)]
-    while kept and not kept[0].strip():
-        kept.pop(0)
-    body = "\n".join(kept).strip() or "(nothing printed)"
+    body = "\n".join(_log_lines(logs / f"{name}.log")).strip() or "(nothing printed)"
     same = results.is_file() and commit is not None and f"- commit: {commit}" in results.read_text()
     where = f"[{results.name}]({results.name})" if same else f"its results file ({results.name}) is not this check's"
     return [f"## {title} (as its log printed it; {where})", "", body, ""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import hydra
 import pytest
@@ -74,17 +75,24 @@ def _failing(cfg):
     raise RuntimeError("out of memory on purpose")
 
 
+def _as_sweep_job(cfg, sweep_dir: Path, num: int, overrides: list[str], output_dir: Path | None = None) -> None:
+    """Make `cfg` the running Hydra config of job `num` of a multirun in `sweep_dir`."""
+    OmegaConf.set_readonly(cfg.hydra, False)
+    with open_dict(cfg):
+        cfg.hydra.mode = "MULTIRUN"
+        cfg.hydra.sweep.dir = str(sweep_dir)
+        cfg.hydra.job.num = num
+        cfg.hydra.overrides.task = overrides
+        if output_dir is not None:
+            cfg.hydra.runtime.output_dir = str(output_dir)
+    HydraConfig().set_config(cfg)
+
+
 def test_failing_multirun_job_is_recorded_and_listed(tmp_path):
     cfg = _compose([], tmp_path)
     with pytest.raises(RuntimeError):  # a single run still raises
         multirun.run_job(_failing, cfg)
-    OmegaConf.set_readonly(cfg.hydra, False)
-    with open_dict(cfg):
-        cfg.hydra.mode = "MULTIRUN"
-        cfg.hydra.sweep.dir = str(tmp_path / "sweep")
-        cfg.hydra.job.num = 3
-        cfg.hydra.overrides.task = ["seed=5"]
-    HydraConfig().set_config(cfg)
+    _as_sweep_job(cfg, tmp_path / "sweep", 3, ["seed=5"])
     assert multirun.run_job(lambda c: {"best_validation": {"val/loss": 0.25}}, cfg) == 0.25
     assert multirun.run_job(_failing, cfg) is None
     multirun.FailureReport().on_multirun_end(cfg)
@@ -96,14 +104,7 @@ def test_a_job_run_again_replaces_its_failure_record(tmp_path):
     """A sweep run a second time: a job that fails records its run folder (the sweep's tables then leave out
     what an earlier run left there), and one that succeeds this time drops its old record and the old list."""
     cfg = _compose([], tmp_path)
-    OmegaConf.set_readonly(cfg.hydra, False)
-    with open_dict(cfg):
-        cfg.hydra.mode = "MULTIRUN"
-        cfg.hydra.sweep.dir = str(tmp_path / "sweep")
-        cfg.hydra.job.num = 0
-        cfg.hydra.overrides.task = ["seed=1"]
-        cfg.hydra.runtime.output_dir = str(tmp_path / "sweep" / "0")
-    HydraConfig().set_config(cfg)
+    _as_sweep_job(cfg, tmp_path / "sweep", 0, ["seed=1"], tmp_path / "sweep" / "0")
     assert multirun.run_job(_failing, cfg) is None
     multirun.FailureReport().on_multirun_end(cfg)
     assert multirun.failed_run_dirs(tmp_path / "sweep") == {(tmp_path / "sweep" / "0").resolve()}

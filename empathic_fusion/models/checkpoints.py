@@ -126,10 +126,11 @@ def check_resumable(path: str | Path, module: torch.nn.Module) -> None:
     resized = sorted(k for k in set(ours) & set(saved) if shape(ours[k]) != shape(saved[k]))
     if not (missing or extra or resized):
         return
-    details = [f"{len(items)} {what}, e.g. {items[0]}" + (f" {list(shape(saved[items[0]]))} there, "
-                                                        f"{list(shape(ours[items[0]]))} here" if what == "of another shape" else "")
-               for items, what in ((missing, "missing there"), (extra, "not in this model"), (resized, "of another shape"))
-               if items]
+    details = [f"{len(items)} {what}, e.g. {items[0]}" for items, what in
+               ((missing, "missing there"), (extra, "not in this model")) if items]
+    if resized:
+        details.append(f"{len(resized)} of another shape, e.g. {resized[0]} {list(shape(saved[resized[0]]))} there, "
+                       f"{list(shape(ours[resized[0]]))} here")
     raise IncompatibleResumeError(
         f"{path} was written by a run of another model or recipe, so training cannot continue from it "
         f"({'; '.join(details)}). Start afresh in another folder (hydra.run.dir=..., or hydra.sweep.dir=... for a "

@@ -72,12 +72,16 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def failure_path(sweep_dir: Path | str, job_num: int) -> Path:
+    """Where a sweep job's failure is recorded."""
+    return Path(sweep_dir) / FAILURES_DIR / f"{int(job_num)}.json"
+
+
 def record_failure(sweep_dir: Path, job_num: int, overrides: list[str], error: BaseException,
                    run_dir: Path | str | None = None) -> Path:
     """Write one failed job's overrides, error and run folder to the sweep folder."""
-    folder = Path(sweep_dir) / FAILURES_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{job_num}.json"
+    path = failure_path(sweep_dir, job_num)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({
         "job": job_num, "overrides": list(overrides), "error": f"{type(error).__name__}: {error}",
         "run_dir": None if run_dir is None else str(Path(run_dir).resolve()),
@@ -100,15 +104,14 @@ def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> fl
 def sweep_job(task: Callable[[DictConfig], T], cfg: DictConfig) -> T | None:
     """Run `task(cfg)` and return what it returns; in a multirun a job that raises is recorded in the
     sweep folder and returns None, so the other jobs still run (a single run still raises)."""
-    if in_multirun():  # the sweep run again: this job's earlier failure record gives way to this run's outcome
-        hydra_cfg = HydraConfig.get()
-        (Path(hydra_cfg.sweep.dir) / FAILURES_DIR / f"{int(hydra_cfg.job.num)}.json").unlink(missing_ok=True)
+    hydra_cfg = HydraConfig.get() if in_multirun() else None
+    if hydra_cfg is not None:  # the sweep run again: this job's earlier failure record gives way to this run's outcome
+        failure_path(hydra_cfg.sweep.dir, hydra_cfg.job.num).unlink(missing_ok=True)
     try:
         return task(cfg)
     except Exception as error:
-        if not in_multirun():
+        if hydra_cfg is None:
             raise
-        hydra_cfg = HydraConfig.get()
         path = record_failure(Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num),
                               list(hydra_cfg.overrides.task), error,
                               OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None))
