@@ -53,6 +53,7 @@ results: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --fraction 1.0 --branches face=714,cnn=2048,audio=65,text=384 --models tfn --compare-fraction 0 --out docs/results/grid_paper_dims.md $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/extract.py --frames 300 $(RESULTS_ARGS)
 	$(PY) benchmarks/busy_machine.py --participants 10 --epochs 5 --timeout 600
+	$(PY) benchmarks/suite_time.py $(RESULTS_ARGS)
 	$(VENV)/bin/empathic-encoders install mpnet
 	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py $(RESULTS_ARGS)
 	OMP_NUM_THREADS=2 $(PY) benchmarks/empathetic_exchanges.py --finetune --finetune-overrides \
