@@ -95,3 +95,23 @@ def test_a_toy_branch_is_extracted_sized_and_trained_on(toy_branch, tiny_dataset
     assert entry["signature"]["config"] == {"fps": dataset.fps, "period_s": 3.0}
     assert entry["arrays"]["features"]["shape"][1] == TOY_DIM
     assert FeatureStore(store).entry(session, "face") is None  # only the branch the run asked for
+
+
+def test_an_unknown_branch_is_a_user_error_that_names_a_modalitys_branches_or_the_closest():
+    """`extract.py branches=[video]` stops with one message, not Hydra's traceback (a UserError: cli.py)."""
+    from empathic_fusion.core.errors import UserError
+
+    assert issubclass(UnknownBranchError, UserError)
+    assert str(UnknownBranchError("video")).endswith("; 'video' is a modality, its branches are ['face', 'cnn']")
+    assert str(UnknownBranchError("facee")).endswith("; did you mean 'face'?")
+    assert str(UnknownBranchError("zzz")).endswith("'glove']")
+
+
+def test_extract_stops_at_a_mistyped_branch_before_generating_the_demo(tmp_path):
+    from empathic_fusion.features.command import run_extraction
+    from empathic_fusion.utils.compose import compose_config
+
+    cfg = compose_config(["branches=[face,vidoe]", f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "run", "extract")
+    with pytest.raises(UnknownBranchError, match="unknown feature branch 'vidoe'"):
+        run_extraction(cfg)
+    assert not (tmp_path / "data").exists()  # no demo generated, no store made

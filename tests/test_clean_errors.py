@@ -21,6 +21,7 @@ from tests.test_rating_scale import write_dataset
 def _error_classes() -> list[tuple[type, type]]:
     from empathic_fusion.app.clip import ClipError
     from empathic_fusion.config import ConfigError
+    from empathic_fusion.core.branches import UnknownBranchError
     from empathic_fusion.datamodules.frame_cache import FrameCacheSpaceError, FrameCacheWriteError
     from empathic_fusion.dataset import DatasetError
     from empathic_fusion.features.freshness import StaleFeaturesError
@@ -36,7 +37,8 @@ def _error_classes() -> list[tuple[type, type]]:
             (StoreIntegrityError, RuntimeError), (StaleFeaturesError, RuntimeError),
             (FrameCacheSpaceError, OSError), (FrameCacheWriteError, OSError), (TableError, ValueError),
             (ClipError, ValueError), (OpenFaceFormatError, ValueError), (FeatureMismatchError, ValueError),
-            (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError), (MissingFileError, FileNotFoundError)]
+            (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError), (MissingFileError, FileNotFoundError),
+            (UnknownBranchError, ValueError)]
 
 
 def test_every_user_error_keeps_the_builtin_type_callers_catch():

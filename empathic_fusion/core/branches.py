@@ -6,7 +6,7 @@ per-word GloVe (`glove`). Branches are either dense (`features` T x F + `mask`) 
 table + a per-frame index into it, -1 = none), which keeps per-utterance vectors from being copied
 onto every frame.
 
-The registry sits at the bottom (it imports nothing from empathic_fusion) so that the feature schema
+The registry sits at the bottom (it imports nothing from empathic_fusion but the bottom's errors) so that the feature schema
 (empathic_fusion/config/features.py), extraction, the datamodules and the app all read it from one place;
 the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. The parts of a branch
 that live higher up are registered with its spec as one unit by its extractor file
@@ -14,7 +14,10 @@ that live higher up are registered with its spec as one unit by its extractor fi
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
+
+from empathic_fusion.core.errors import UserError
 
 MODALITIES = ("video", "audio", "text")
 
@@ -39,11 +42,18 @@ class BranchSpec:
         return self.indexed[0] if self.indexed else "features"
 
 
-class UnknownBranchError(ValueError):
-    """A branch name no spec is registered for: named with the known ones, never read as some default."""
+class UnknownBranchError(UserError, ValueError):
+    """A branch name no spec is registered for: named with the known ones (a modality's name with its
+    branches, else the closest names), never read as some default."""
 
     def __init__(self, branch: str):
-        super().__init__(f"unknown feature branch '{branch}'; known: {list(BRANCHES)}")
+        if branch in MODALITIES:
+            hint = (f"; '{branch}' is a modality, its branches are "
+                    f"{[name for name, spec in BRANCHES.items() if spec.modality == branch]}")
+        else:
+            close = difflib.get_close_matches(str(branch), list(BRANCHES), n=2)
+            hint = f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+        super().__init__(f"unknown feature branch '{branch}'; known: {list(BRANCHES)}{hint}")
         self.branch = branch
 
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.core.branches import BRANCHES, branch_width
+from empathic_fusion.core.branches import BRANCHES, branch_spec, branch_width
 from empathic_fusion.features.extract import ExtractionReport, extract_features, parse_shard
 from empathic_fusion.features.store import DATASET_KEY, FAILURES, HASH_CACHE, FeatureStore, ShardMerge, shard_file
 from empathic_fusion.utils.multirun import collect_failures, in_multirun, sweep_job
@@ -76,6 +76,9 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     data = OmegaConf.to_container(cfg.data, resolve=True)
     features = with_defaults(OmegaConf.to_container(cfg.features, resolve=True))
     modalities = list(cfg.modality.names)
+    branches = list(cfg.branches) if cfg.branches else None
+    for name in branches or ():
+        branch_spec(name)  # a mistyped name stops the run here, before the demo is generated or a file is read
     prepare_demo(cfg)
     store = FeatureStore(data["store_dir"])
     # features need no ratings: new recordings are extracted before anyone has rated them (empathic-predict)
@@ -83,7 +86,6 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
                            bool(data["allow_shared_media"]), store.file_hash, ratings_required=False)
     for warning in dataset.warnings:
         warn_data(warning)
-    branches = list(cfg.branches) if cfg.branches else None
     report = extract_features(dataset, store, modalities, features, workers=int(cfg.workers),
                               progress=bool(cfg.progress), shard=parse_shard(cfg.shard), branches=branches,
                               verify=cfg.verify, lock=cfg.lock, lock_timeout=cfg.lock_timeout)
