@@ -37,8 +37,8 @@ def _error_classes() -> list[tuple[type, type]]:
             (StoreIntegrityError, RuntimeError), (StaleFeaturesError, RuntimeError),
             (FrameCacheSpaceError, OSError), (FrameCacheWriteError, OSError), (TableError, ValueError),
             (ClipError, ValueError), (OpenFaceFormatError, ValueError), (FeatureMismatchError, ValueError),
-            (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError), (MissingFileError, FileNotFoundError),
-            (UnknownBranchError, ValueError)]
+            (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError),
+            (MissingFileError, FileNotFoundError), (UnknownBranchError, ValueError)]
 
 
 def test_every_user_error_keeps_the_builtin_type_callers_catch():

@@ -9,7 +9,6 @@ with exit status 1, while a console script runs (HYDRA_FULL_ERROR=1 keeps Hydra'
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
@@ -22,13 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from empathic_fusion.config import SCHEMAS
+from empathic_fusion.core.errors import did_you_mean
 
 SCHEMA_NAMES = frozenset(name for _, name in SCHEMAS)  # configs that are schemas, never a choice
-
-
-def _did_you_mean(wrong: str, choices: list[str], spell: Callable[[str], str]) -> str:
-    close = difflib.get_close_matches(wrong, choices, n=3)
-    return f"; did you mean {' or '.join(spell(c) for c in close)}?" if close else ""
 
 
 def _missing_option(error: MissingConfigException) -> str | None:
@@ -40,7 +35,7 @@ def _missing_option(error: MissingConfigException) -> str | None:
     parent = re.match(r"In '([^']+)': ", str(error))
     where = f" (named in {parent[1]}.yaml)" if parent and "/" in parent[1] and parent[1] != "hydra/config" else ""
     return (f"{group}={option}{where}: '{option}' is not an option of the config group '{group}'"
-            f"{_did_you_mean(option, options, lambda c: f'{group}={c}')}\n"
+            f"{did_you_mean(option, options, lambda c: f'{group}={c}')}\n"
             f"the options: {', '.join(options)}")
 
 
@@ -59,7 +54,7 @@ def _unknown_key(error: ConfigCompositionException) -> str | None:
     schema = OmegaConf.get_type(parent)
     free_form = schema in (None, dict)
     owner = (prefix.rstrip(".") or "the config") + ("" if free_form else f" ({schema.__name__})")
-    hint = _did_you_mean(str(key), keys, lambda c: f"{prefix}{c}={value}")
+    hint = did_you_mean(str(key), keys, lambda c: f"{prefix}{c}={value}")
     message = f"{full_key}={value}: {owner} has no key '{key}'{hint}"
     if not hint:
         message += f"\nits keys: {', '.join(keys)}"

@@ -14,10 +14,9 @@ that live higher up are registered with its spec as one unit by its extractor fi
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
-from empathic_fusion.core.errors import UserError
+from empathic_fusion.core.errors import UserError, did_you_mean
 
 MODALITIES = ("video", "audio", "text")
 
@@ -51,8 +50,7 @@ class UnknownBranchError(UserError, ValueError):
             hint = (f"; '{branch}' is a modality, its branches are "
                     f"{[name for name, spec in BRANCHES.items() if spec.modality == branch]}")
         else:
-            close = difflib.get_close_matches(str(branch), list(BRANCHES), n=2)
-            hint = f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else ""
+            hint = did_you_mean(branch, list(BRANCHES), n=2)
         super().__init__(f"unknown feature branch '{branch}'; known: {list(BRANCHES)}{hint}")
         self.branch = branch
 
