@@ -6,9 +6,9 @@ worker) takes on this machine, and where the time goes: per worker, per xdist gr
 
 The suite runs in a subprocess with the plugin benchmarks/suite_timeline.py, which writes every test's
 setup, call and teardown times; CPU seconds are those of pytest and every process it started (user +
-system, from getrusage). The target is 10 minutes of wall time on 2 cores. The README demo test generates
-and extracts the demo into data/ when it is not there (a fresh clone, as in CI) and reuses it otherwise:
-the file says which of the two it measured. Writes docs/results/suite_time.md.
+system, from getrusage). The target is 10 minutes of wall time on 2 cores. `make test` leaves out the
+reproduction of the README demo (`make reproduce`, marker `reproduction`), and so does this command unless
+its pytest arguments select it. Writes docs/results/suite_time.md.
 """
 from __future__ import annotations
 
@@ -37,16 +37,13 @@ GROUP_SUFFIX = re.compile(r"@([^@\[\]]+)$")  # xdist's `--dist loadgroup` append
 SUMMARY_LINE = re.compile(r"^=*\s*(\d+ (passed|failed|error).*) in ([\d.]+)s", re.M)
 
 
-def demo_data_state(root: Path = ROOT) -> str:
-    """Whether the README demo test will find the demo generated and extracted in data/ (by `make train` or an
-    earlier run) or make it during the run."""
-    present = (root / "data" / "demo" / "dataset.yaml").exists() and (root / "data" / "features").is_dir()
-    return ("present (data/demo and data/features from an earlier run: the README demo test trains only)" if present
-            else "absent (the README demo test generates and extracts the demo first, as on a fresh clone)")
-
-
 def read_timeline(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def file_of(nodeid: str) -> str:
+    """The test file a node id names."""
+    return nodeid.split("::", 1)[0]
 
 
 def group_of(nodeid: str) -> str:
@@ -56,7 +53,7 @@ def group_of(nodeid: str) -> str:
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds per test (its phases summed, setup apart), per worker and per xdist group."""
+    """Seconds per test (its phases summed, setup apart), per worker, per xdist group and per test file."""
     tests: dict[str, dict[str, Any]] = {}
     for record in records:
         test = tests.setdefault(record["nodeid"], {"nodeid": record["nodeid"], "worker": record["worker"],
@@ -67,18 +64,22 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             test["setup"] += seconds
     workers: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "busy": 0.0})
     groups: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
+    files: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
     for test in tests.values():
+        files[file_of(test["nodeid"])]["tests"] += 1
+        files[file_of(test["nodeid"])]["seconds"] += test["total"]
         workers[test["worker"]]["tests"] += 1
         workers[test["worker"]]["busy"] += test["total"]
         groups[test["group"]]["tests"] += 1
         groups[test["group"]]["seconds"] += test["total"]
     return {"tests": sorted(tests.values(), key=lambda t: -t["total"]), "workers": dict(sorted(workers.items())),
             "groups": dict(sorted(groups.items(), key=lambda g: -g[1]["seconds"])),
+            "files": dict(sorted(files.items(), key=lambda f: -f[1]["seconds"])),
             "test_seconds": sum(t["total"] for t in tests.values())}
 
 
-def render(summary: dict[str, Any], wall_s: float, cpu_s: float, outcome: str, demo_state: str, top: int) -> str:
-    """The results file's body: the target, the totals, then workers, groups and the slowest tests."""
+def render(summary: dict[str, Any], wall_s: float, cpu_s: float, outcome: str, top: int) -> str:
+    """The results file's body: the target, the totals, then workers, groups, the slowest files and tests."""
     met = "met" if wall_s < TARGET_S else "not met"
     total = summary["test_seconds"] or 1.0
     lines = [f"Target: the suite under {TARGET_S / 60:.0f} minutes ({TARGET_S:.0f} s) of wall time on 2 cores: "
@@ -86,13 +87,15 @@ def render(summary: dict[str, Any], wall_s: float, cpu_s: float, outcome: str, d
              "| wall s | CPU s (user + system) | cores busy | test seconds (summed over workers) | pytest |",
              "|---|---|---|---|---|",
              f"| {wall_s:.0f} | {cpu_s:.0f} | {cpu_s / wall_s:.2f} | {summary['test_seconds']:.0f} | {outcome} |", "",
-             f"Demo data at the start: {demo_state}.", "",
              "## Workers", "", "| worker | tests | busy s |", "|---|---|---|"]
     lines += [f"| {name} | {w['tests']} | {w['busy']:.0f} |" for name, w in summary["workers"].items()]
     lines += ["", "## xdist groups (each runs in one worker)", "", "| group | tests | seconds | share |",
               "|---|---|---|---|"]
     lines += [f"| {name} | {g['tests']} | {g['seconds']:.0f} | {100 * g['seconds'] / total:.0f}% |"
               for name, g in summary["groups"].items()]
+    lines += ["", f"## The {top} slowest test files (their tests' seconds summed)", "",
+              "| seconds | tests | file |", "|---|---|---|"]
+    lines += [f"| {f['seconds']:.0f} | {f['tests']} | `{name}` |" for name, f in list(summary["files"].items())[:top]]
     lines += ["", f"## The {top} slowest tests (setup includes the fixtures they build first)", "",
               "| seconds | of which setup | worker | test |", "|---|---|---|---|"]
     lines += [f"| {t['total']:.1f} | {t['setup']:.1f} | {t['worker']} | `{t['nodeid']}` |"
@@ -129,12 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     add_output_arguments(parser, "suite_time")
     args = parser.parse_args(argv)
     quiet_machine_guard(args, Measures.TIME)
-    demo_state = demo_data_state()
     with tempfile.TemporaryDirectory(prefix="suite_time_") as folder:
         timeline = Path(folder) / "timeline.jsonl"
         status, wall, cpu, outcome = run_suite(args.pytest_args, args.workers, timeline)
         summary = summarize(read_timeline(timeline))
-    body = render(summary, wall, cpu, outcome, demo_state, args.top)
+    body = render(summary, wall, cpu, outcome, args.top)
     print(body)
     write_results(args, "Test suite time (make test)", body)
     return status

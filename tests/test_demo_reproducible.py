@@ -61,11 +61,11 @@ def test_recorded_ranges_reads_the_json_block_after_its_marker(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("readme_demo")  # its own worker under make test: it generates and extracts the demo
+@pytest.mark.reproduction  # make reproduce (CI, after make test): the whole demo, not a test of one part
 def test_the_readme_demo_command_lands_within_the_recorded_seed_range(tmp_path: Path):
     """`python train.py experiment=demo` as the README types it, from another folder, its outputs in tmp_path;
     the demo data and their features are shared with `make train` (the ignored data/ folder: generated
-    there by the first run, reused after)."""
+    there by the first run, reused after). Run it with `make reproduce` or `pytest -m reproduction`."""
     recorded = demo_runs.recorded_ranges()["lf_lstm_vat"]["expected_rating_pearson"]
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, str(PROJECT_ROOT / "train.py"), *README_COMMAND.split()[2:],
@@ -77,3 +77,21 @@ def test_the_readme_demo_command_lands_within_the_recorded_seed_range(tmp_path: 
     assert recorded["low"] <= r <= recorded["high"], (
         f"per-rating r {r:.3f} is outside [{recorded['low']:.3f}, {recorded['high']:.3f}], the mean ± 3 sd over the "
         "runs in docs/results/demo.md: the demo changed since it was written (run benchmarks/demo_runs.py again)")
+
+
+def test_make_test_leaves_the_reproduction_out_and_make_reproduce_runs_it_alone():
+    """pyproject.toml's addopts deselect the `reproduction` marker; `make reproduce` (run by CI after make test)
+    selects it, so the README demo command is still run on every CI run."""
+    def collected(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                               str(Path(__file__)), *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    demo = test_the_readme_demo_command_lands_within_the_recorded_seed_range.__name__
+    other = test_demo_md_records_the_range_of_the_readme_command_over_seeds.__name__
+    suite, reproduction = collected(), collected("-m", "reproduction")
+    assert demo not in suite and other in suite
+    assert demo in reproduction and other not in reproduction
+    assert "-m reproduction" in (PROJECT_ROOT / "Makefile").read_text()
+    assert "make reproduce" in (PROJECT_ROOT / ".ci" / "run").read_text()

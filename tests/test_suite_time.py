@@ -30,14 +30,15 @@ def test_seconds_are_summed_per_test_worker_and_group_with_setup_apart():
                                  suite_time.NO_GROUP: {"tests": 1, "seconds": 30}}
     assert summary["workers"] == {"gw0": {"tests": 2, "busy": 109.5}, "gw1": {"tests": 1, "busy": 30}}
     assert summary["test_seconds"] == 139.5
+    assert summary["files"] == {"t.py": {"tests": 2, "seconds": 132.5}, "u.py": {"tests": 1, "seconds": 7}}
 
 
 def test_the_body_says_whether_the_target_is_met_and_lists_the_slowest_tests():
     summary = suite_time.summarize([_phase("t.py::a", "call", 0, 5), _phase("t.py::b", "call", 0, 1)])
-    body = suite_time.render(summary, 599.0, 1100.0, "2 passed", "present", top=1)
+    body = suite_time.render(summary, 599.0, 1100.0, "2 passed", top=1)
     assert "**met**" in body and "| 599 | 1100 | 1.84 | 6 | 2 passed |" in body
     assert "`t.py::a`" in body and "`t.py::b`" not in body
-    assert "**not met**" in suite_time.render(summary, 600.0, 1100.0, "2 passed", "present", top=1)
+    assert "**not met**" in suite_time.render(summary, 600.0, 1100.0, "2 passed", top=1)
 
 
 def test_the_group_is_the_suffix_xdist_appends_not_an_at_sign_in_a_parameter():
