@@ -306,6 +306,22 @@ def test_serving_prints_the_local_url_and_not_gradios_share_tip(monkeypatch, cap
     assert f"* Running on local URL:  {url}" in printed and "share" not in printed
 
 
+def test_a_progress_bar_made_before_the_app_closes_after_gradio_tracks_tqdm():
+    """The Clip tab's gr.Progress(track_tqdm=True) patches tqdm; a bar made earlier in the process (an extraction
+    or a training run before the app starts) still updates and closes: no AttributeError at close or at exit."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import tqdm\nbar = tqdm.tqdm(total=2, disable=True)\n"
+            "import gradio as gr\nimport empathic_fusion.app.ui\ngr.Progress(track_tqdm=True)\n"
+            "bar.update(1)\nbar.close()\nprint('closed')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "closed", done.stderr[-2000:]
+    assert "AttributeError" not in done.stderr, done.stderr[-2000:]
+
+
 def _upload(page, elem_id: str, path: Path) -> None:
     page.set_input_files(f"#{elem_id} input[type=file]", str(path))
     page.wait_for_selector(f"#{elem_id} >> text={path.name}")

@@ -21,11 +21,18 @@ from pathlib import Path  # noqa: E402
 
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
+import tqdm  # noqa: E402
 
 from empathic_fusion.evaluation.card import FUSION_OUTPUT, ModelCard  # noqa: E402
 from empathic_fusion.app.clip import ClipError, ClipScorer  # noqa: E402
 from empathic_fusion.app.text import Score, TextModel, append_flag, persona_inputs  # noqa: E402
 from empathic_fusion.evaluation.plots import empathy_timeline, save_figure  # noqa: E402
+
+# The Clip tab's gr.Progress(track_tqdm=True) patches tqdm's methods to read a `_progress` that tqdm's patched
+# __init__ sets. A bar made before that (an extraction or a training earlier in the same process) has none, and
+# closing or collecting it raised AttributeError ("Exception ignored in: tqdm.__del__" at exit): a class default.
+if not hasattr(tqdm.tqdm, "_progress"):
+    tqdm.tqdm._progress = None
 
 OFFLINE_THEME = gr.themes.Default(font=["ui-sans-serif", "system-ui", "sans-serif"],
                                   font_mono=["ui-monospace", "Consolas", "monospace"])
