@@ -115,3 +115,30 @@ def test_extract_stops_at_a_mistyped_branch_before_generating_the_demo(tmp_path)
     with pytest.raises(UnknownBranchError, match="unknown feature branch 'vidoe'"):
         run_extraction(cfg)
     assert not (tmp_path / "data").exists()  # no demo generated, no store made
+
+
+def test_extract_knows_a_branch_that_an_extractor_file_of_the_package_registers_when_discovered(monkeypatch, tmp_path):
+    """The early name check asks the unit registry, which first imports the package's extractor files: a branch a
+    new file registers (found without an import line) passes the check like a built-in one."""
+    from empathic_fusion.features import branch_unit as units
+    from empathic_fusion.features import command
+    from empathic_fusion.utils.compose import compose_config
+
+    class Checked(Exception):
+        """The names passed: the run went on to the demo."""
+
+    def discover() -> None:  # stands in for a new file in empathic_fusion/features/ that registers "toy"
+        register_branch(BranchUnit("toy", BranchSpec("video", "media", medium="video"), ToyConfig, toy_signature,
+                                   extract_media=extract_toy, frame_bytes=toy_frame_bytes))
+
+    def prepare_demo(cfg) -> None:
+        raise Checked
+
+    monkeypatch.setattr(units, "_discover", discover)
+    monkeypatch.setattr(command, "prepare_demo", prepare_demo)
+    cfg = compose_config(["branches=[face,toy]", f"paths.data_dir={tmp_path / 'data'}"], tmp_path / "run", "extract")
+    try:
+        with pytest.raises(Checked):
+            command.run_extraction(cfg)
+    finally:
+        unregister_branch("toy")

@@ -6,10 +6,10 @@ per-word GloVe (`glove`). Branches are either dense (`features` T x F + `mask`) 
 table + a per-frame index into it, -1 = none), which keeps per-utterance vectors from being copied
 onto every frame.
 
-The registry sits at the bottom (it imports nothing from empathic_fusion but the bottom's errors) so that the feature schema
-(empathic_fusion/config/features.py), extraction, the datamodules and the app all read it from one place;
-the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. The parts of a branch
-that live higher up are registered with its spec as one unit by its extractor file
+The registry sits at the bottom (it imports nothing from empathic_fusion but the bottom's errors) so that
+the feature schema (empathic_fusion/config/features.py), extraction, the datamodules and the app all read it
+from one place; the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. The
+parts of a branch that live higher up are registered with its spec as one unit by its extractor file
 (empathic_fusion/features/branch_unit.py).
 """
 from __future__ import annotations

@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.config import with_defaults
 from empathic_fusion.config.checks import ConfigError
-from empathic_fusion.core.branches import BRANCHES, branch_spec, branch_width
+from empathic_fusion.core.branches import BRANCHES, branch_width
+from empathic_fusion.features.branch_unit import branch_unit
 from empathic_fusion.features.extract import ExtractionReport, extract_features, parse_shard
 from empathic_fusion.features.store import DATASET_KEY, FAILURES, HASH_CACHE, FeatureStore, ShardMerge, shard_file
 from empathic_fusion.utils.multirun import collect_failures, in_multirun, sweep_job
@@ -78,7 +79,8 @@ def run_extraction(cfg: DictConfig) -> ExtractionReport:
     modalities = list(cfg.modality.names)
     branches = list(cfg.branches) if cfg.branches else None
     for name in branches or ():
-        branch_spec(name)  # a mistyped name stops the run here, before the demo is generated or a file is read
+        branch_unit(name)  # a mistyped name stops the run here, before the demo is generated or a file is read
+        # (the unit registry, not the core one: it first imports the package's extractor files, which register theirs)
     prepare_demo(cfg)
     store = FeatureStore(data["store_dir"])
     # features need no ratings: new recordings are extracted before anyone has rated them (empathic-predict)
