@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -62,20 +63,25 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         test["total"] += seconds
         if record["when"] == "setup":
             test["setup"] += seconds
-    workers: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "busy": 0.0})
-    groups: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
-    files: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0})
-    for test in tests.values():
-        files[file_of(test["nodeid"])]["tests"] += 1
-        files[file_of(test["nodeid"])]["seconds"] += test["total"]
-        workers[test["worker"]]["tests"] += 1
-        workers[test["worker"]]["busy"] += test["total"]
-        groups[test["group"]]["tests"] += 1
-        groups[test["group"]]["seconds"] += test["total"]
-    return {"tests": sorted(tests.values(), key=lambda t: -t["total"]), "workers": dict(sorted(workers.items())),
-            "groups": dict(sorted(groups.items(), key=lambda g: -g[1]["seconds"])),
-            "files": dict(sorted(files.items(), key=lambda f: -f[1]["seconds"])),
+    return {"tests": sorted(tests.values(), key=lambda t: -t["total"]),
+            "workers": dict(sorted(_tally(tests.values(), lambda t: t["worker"], "busy").items())),
+            "groups": _by_seconds(_tally(tests.values(), lambda t: t["group"])),
+            "files": _by_seconds(_tally(tests.values(), lambda t: file_of(t["nodeid"]))),
             "test_seconds": sum(t["total"] for t in tests.values())}
+
+
+def _tally(tests: Iterable[dict[str, Any]], key: Callable[[dict[str, Any]], str],
+           seconds: str = "seconds") -> dict[str, dict[str, float]]:
+    """Tests and their seconds summed per key(test), the seconds under the name `seconds`."""
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: {"tests": 0, seconds: 0.0})
+    for test in tests:
+        totals[key(test)]["tests"] += 1
+        totals[key(test)][seconds] += test["total"]
+    return dict(totals)
+
+
+def _by_seconds(totals: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return dict(sorted(totals.items(), key=lambda item: -item[1]["seconds"]))
 
 
 def render(summary: dict[str, Any], wall_s: float, cpu_s: float, outcome: str, top: int) -> str:
