@@ -17,7 +17,8 @@ docs/results/demo.md as mean ± sd and min-max over seeds, beside the test table
 as `make train` prints it; a JSON block at its end holds the ranges that
 tests/test_demo_reproducible.py checks a new run against. Run folders go under
 logs/benchmarks/demo_runs/<time>/ (`--run-dir` to choose; given again, the runs that finished there
-are read, not repeated). Extra Hydra overrides after `--` go to every
+are read, not repeated). `--before FILE` (an earlier docs/results/demo.md, e.g. from `git show`) adds a
+before/after table of the metrics. Extra Hydra overrides after `--` go to every
 run. With `--quick` (seeds 0 and the default, no kernel variants) nothing is written unless `--out` is
 given.
 """
@@ -211,6 +212,30 @@ def test_split_sentence(default: DemoRun) -> str:
     return f"{len(predictions)} test ratings{people}"
 
 
+def before_after(before: Path, summary: dict) -> str:
+    """Each command's per-window and per-rating r over seeds and its expected range, as an earlier results file
+    of this benchmark recorded them (`--before`) and now, with the shift of the mean in the earlier sd."""
+    text = before.read_text()
+    commit = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("- commit:")), "?")
+    earlier = recorded_ranges(before)
+    lines = [f"## Before and after\n\nThe same commands and seeds as recorded at {commit[:7]} (`--before`), and now:\n",
+             "| command | metric | before: mean ± sd over seeds | after | shift of the mean (before's sd) |",
+             "|---|---|---|---|---|"]
+    for run, now in summary.items():
+        was = earlier.get(run)
+        if was is None:
+            continue
+        for key, name in (("window_pearson", "window r"), ("rating_pearson", "rating r")):
+            b, a = was[key], now[key]
+            shift = (a["mean"] - b["mean"]) / b["sd"] if b["sd"] else float("nan")
+            lines.append(f"| `{now['command']}` | {name} | {b['mean']:.3f} ± {b['sd']:.3f} | {a['mean']:.3f} ± "
+                         f"{a['sd']:.3f} | {shift:+.2f} |")
+        b, a = was["expected_rating_pearson"], now["expected_rating_pearson"]
+        lines.append(f"| `{now['command']}` | rating r expected (every run) | [{b['low']:.3f}, {b['high']:.3f}] | "
+                     f"[{a['low']:.3f}, {a['high']:.3f}] | |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -226,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-kernels", action="store_true", help="skip the runs with other CPU kernels")
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="folder for the runs' folders (default: logs/benchmarks/demo_runs/<time>)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="an earlier results file of this benchmark: a before/after table of the metrics")
     add_output_arguments(parser, "demo")
     args = parser.parse_args(argv)
     quiet_machine_guard(args, Measures.ACCURACY)
@@ -257,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             + ". One run's r moves with the seed, the CPU's kernels and the threads its features were "
             "extracted with; the spread over seeds and kernels is what another machine should expect.\n\n"
             + "\n".join(sections)
+            + ("\n" + before_after(args.before, summary) if args.before else "")
             + f"\n## Ranges for the reproduction test\n\nRead by tests/test_demo_reproducible.py: a new run of each "
               f"command (seed {default.seed}) must give a per-rating r within `expected_rating_pearson`, the mean ± "
               f"{EXPECTED_SDS:g} sd over every run above (seeds and kernels).\n\n"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU measurement of the project in one run of at most 9 minutes on one H100 (GPU_CHECK_BUDGET seconds,
 # default 540), each part with its own time limit inside that budget, so a lent GPU machine is used in one
-# call (../shared/GPU_CHECKLIST.md; docs/scaling.md). The timings run first, alone on the machine; then the
-# GPU tests, train.py and the text sweep side by side in the time left. Each part's results and logs are
-# copied to $OUT as soon as it ends, so a call stopped at its limit still brings back what finished.
+# call (../shared/GPU_CHECKLIST.md; docs/scaling.md). The step timings run first, alone on the machine, in
+# under 4 minutes (models_vs_mmsa and step_overhead: eager and graphed, per precision, with the kernel
+# counts), so a second call can rerun them after a fix; then the grid; then the GPU tests, train.py and the
+# text sweep side by side; then a profiler trace of a step with the time left. Each part's results and logs
+# are copied to $OUT as soon as it ends, so a call stopped at its limit still brings back what finished.
 #
 #   python benchmarks/gpu_pack.py          # here: what a bare GPU machine lacks, in .gpu_pack/ (under 64 MiB)
 #   bash benchmarks/gpu_check.sh           # there, from the checkout's root, with .gpu_pack/ beside it
@@ -33,13 +35,18 @@ if [ -d .gpu_pack ]; then
 fi
 if [ "$DEVICE" = cuda ]; then
   TRAINER=trainer=gpu; GRID="--fraction 0.05 --compare-fraction 0 --concurrent 4 --concurrent-models tfn"
-  STEPS="--rounds 1 --steps 20 --warmup 5 --compile --compile-models tfn"; MMSA="--steps 20 --warmup 5"; STORE="0.01, 20"
+  # the timings: 32-true with TF32 and bf16-mixed, eager and graphed (model.compile=true: GPU_CHECK_PARTS=compiled)
+  STEPS="--rounds 1 --steps 20 --warmup 5 --sizes paper --graphed"
+  MMSA="--steps 20 --warmup 5 --precisions 32-tf32,bf16-mixed --modes eager,graphed"; STORE="0.01, 20"
+  PROFILE="--steps 10 --warmup 8"
   # 3 inner folds, not the recipe's 5: its 4 fine-tunings per fold fit the time the timings leave
   # (GPU_CHECK_TEXT=model.net.experts.2.inner_folds=5 with a larger GPU_CHECK_BUDGET runs the recipe as shipped)
   SWEEP="data.cv_fold=0,1,2 hydra.launcher.n_jobs=3 model.net.experts.2.inner_folds=3"
 else
   TRAINER="trainer=cpu trainer.max_epochs=1"; GRID="--fraction 0.001 --sessions 4 --compare-fraction 0 --concurrent 2 --concurrent-models tfn --steps 2 --allow-busy"
-  STEPS="--rounds 1 --steps 2 --warmup 1 --sizes tiny --allow-busy"; MMSA="--steps 1 --warmup 0 --batch-size 4 --frames 8 --allow-busy"
+  STEPS="--rounds 1 --steps 2 --warmup 1 --sizes tiny --graphed --allow-busy"
+  MMSA="--steps 1 --warmup 0 --batch-size 4 --frames 8 --modes eager,graphed --allow-busy"
+  PROFILE="--steps 2 --warmup 1 --batch-size 4 --frames 8 --models tfn --allow-busy"
   RESULTS=$WORK/results; STORE="0.002, 10"; SWEEP="data.cv_fold=0,1 hydra.launcher.n_jobs=2 data.max_rows=200 trainer.max_epochs=2 model.net.experts.2.inner_folds=2 model.net.experts.2.epochs=1 model.net.experts.2.trainable_layers=1"
 fi
 
@@ -47,11 +54,11 @@ mkdir -p "$RESULTS"
 BUDGET=${GPU_CHECK_BUDGET:-540}   # seconds for the whole check: a device call may run 600
 REPORT_SECONDS=20                 # kept back for the report and the copy to $OUT
 
-# GPU_CHECK_PARTS picks parts (default all): tests train text mmsa steps grid; GPU_CHECK_TEXT adds overrides to
+# GPU_CHECK_PARTS picks parts (default all but compiled): tests train text mmsa steps grid profile compiled; GPU_CHECK_TEXT adds overrides to
 # the text sweep (the report shows the command) and GPU_CHECK_TEXT_LIMIT sets its time limit (default 320 s, cut to
 # the budget left: on one H100 beside the GPU tests, 3 folds at once each fine-tuned an inner fold in about 33 s);
 # GPU_CHECK_RESULTS writes the results elsewhere (a partial rerun beside a full one)
-PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid} "
+PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid profile} "
 SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
 wanted() { [[ "$PARTS" == *" $1 "* ]]; }
 
@@ -102,13 +109,16 @@ $PY -c "import sys; sys.path.insert(0, '.'); from benchmarks.grid import write_s
 write_synthetic(__import__('pathlib').Path('$WORK/store'), $STORE, {'face': 1451, 'audio': 65, 'text': 384})" \
   > "$LOGS/store.log" 2>&1
 
-# 1. Timings, one at a time and first, while nothing else runs: our nets against MMSA's per precision, the step
-#    overhead, the grid.
+# 1. Step timings, one at a time and first, while nothing else runs, in under 4 minutes: our nets (eager and graphed)
+#    against MMSA's per precision with the kernel counts, and the step through the Trainer (eager, graphed) from a
+#    store; model.compile=true on request (its compilation alone takes minutes). Then the grid.
 MMSA_DIR=.gpu_pack/mmsa; [ -d "$MMSA_DIR" ] || MMSA_DIR=../shared/anchors/mmsa
-wanted mmsa && part models_vs_mmsa 70 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
+wanted mmsa && part models_vs_mmsa 110 $PY benchmarks/models_vs_mmsa.py --device $DEVICE $MMSA --mmsa $MMSA_DIR \
   --out $RESULTS/models_vs_mmsa.md
-wanted steps && part step_overhead 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
-wanted grid && part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+wanted steps && part step_overhead 110 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
+wanted compiled && part step_overhead_compiled 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --compile \
+  --compile-models tfn --out $RESULTS/step_overhead_compiled.md
+wanted grid && part grid 120 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
 
 # 2. Not timed, side by side in the time left: the GPU tests, train.py on the GPU (LF-LSTM v+a+t as the demo trains, TFN v+t)
 #    on a synthetic store in the real format, and the fine-tuned text recipe's fold sweep on EmpatheticExchanges
@@ -125,12 +135,18 @@ wanted text && part text_finetune_sweep ${GPU_CHECK_TEXT_LIMIT:-320} $PY train.p
 if wanted train; then
   part train_lf_lstm 100 $PY train.py $TRAINER $DATA hydra.run.dir=$LOGS/train_lf_lstm
   part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn
+  part train_tfn_step_graph 70 $PY train.py $TRAINER $DATA model=tfn model.step_graph=true \
+    hydra.run.dir=$LOGS/train_tfn_step_graph
 fi
 wait
 # a part stopped at its limit may leave worker processes (a launcher's) on the GPU: none may outlive the check
 if command -v nvidia-smi > /dev/null; then
   for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
 fi
+
+# 3. With the time left, alone again: a torch.profiler trace of a few steps, eager and graphed (kernels, device time,
+#    the device's idle share).
+wanted profile && part step_profile 60 $PY benchmarks/step_profile.py --device $DEVICE $PROFILE --out $RESULTS/step_profile.md
 
 # The report: the parts, then what each produced.
 $PY benchmarks/gpu_check_report.py "$LOGS" "$RESULTS/gpu_check.md" > "$LOGS/report.log" 2>&1 || cat "$LOGS/report.log"

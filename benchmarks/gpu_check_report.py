@@ -22,10 +22,12 @@ NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py
            "instead; the demo's own numbers are the CPU's ([../demo.md](../demo.md)).")
 
 
-PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "models_vs_mmsa", "step_overhead", "grid")
+PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "train_tfn_step_graph", "models_vs_mmsa",
+         "step_overhead", "grid", "step_profile")
 TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
            ("step_overhead", "The step overhead", "step_overhead.md"),
-           ("grid", "The grid", "grid.md"))
+           ("grid", "The grid", "grid.md"),
+           ("step_profile", "A training step profiled", "step_profile.md"))
 _NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+")
 
 
@@ -44,11 +46,13 @@ def train_section(logs: Path, name: str, title: str) -> list[str]:
     log = logs / f"{name}.log"
     text = log.read_text(errors="replace") if log.is_file() else ""
     placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
+    graphed = re.search(r"step graph[^\n]*", text)  # with model.step_graph=true: captured, or why not
     run = logs / name.replace("_v+t", "")
     table = run / "test_metrics.md"
     summary = run / "test_metrics.json"
     sanity = ((json.loads(summary.read_text()).get("sanity") or {}).get("message") if summary.is_file() else None)
     return [f"## {title}", "", f"`{placed.group(0)}`" if placed else "(no frame-array line in the log)", "",
+            *([f"`{graphed.group(0)}`", ""] if graphed else []),
             "\n".join(_table_lines(table)[:6]) if table.is_file() else "(no test table)", "",
             *([sanity, ""] if sanity else [])]  # the report's sentence when the model does not beat the mean
 
@@ -142,6 +146,9 @@ def main(argv: list[str]) -> int:
         lines += train_section(logs, "train_lf_lstm", "train.py trainer=gpu (LF-LSTM, video + audio + text, as the demo)")
     if "train_tfn_v+t" in ran:
         lines += train_section(logs, "train_tfn_v+t", "train.py trainer=gpu model=tfn modality=v+t")
+    if "train_tfn_step_graph" in ran:
+        lines += train_section(logs, "train_tfn_step_graph",
+                               "train.py trainer=gpu model=tfn model.step_graph=true (the whole step one CUDA graph)")
     if "text_finetune_sweep" in ran:
         beside = [name for part, name in (("pytest_gpu", "the GPU tests"), ("train_lf_lstm", "train.py")) if part in ran]
         lines += text_section(logs / "text_finetune_sweep", beside)

@@ -7,12 +7,14 @@ hyperparameters and equal dims, plus our LF-LSTM and AMER on their own, on one d
                                         # a GPU: fp32, fp32 with TF32 matmuls, bf16 autocast, bf16 weights
 
 Same batch for both sides (64 windows x 120 frames, text 384, audio 65, video 2762, random features
-with a valid prefix per window as in benchmarks/train_throughput.py), same optimizer (AdamW, lr 1e-4),
-MSE loss; one step = forward + backward + optimizer step, in each `--precisions` (32: float32 matmuls
-in full precision; 32-tf32: TF32 matmuls, torch.set_float32_matmul_precision("high"); bf16-mixed: bf16
-autocast; bf16-true: weights and inputs in bf16). Each step's count of ATen ops that compute (views left
-out; on a GPU about one kernel launch each) is given beside its time. Our models run through EmpathyModule with
-the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
+with a valid prefix per window as in benchmarks/train_throughput.py), same optimizer (AdamW, lr 1e-4,
+fused as on a GPU), MSE loss; one step = forward + backward + optimizer step, in each `--precisions` (32:
+float32 matmuls in full precision; 32-tf32: TF32 matmuls, torch.set_float32_matmul_precision("high");
+bf16-mixed: bf16 autocast; bf16-true: weights and inputs in bf16) and, for ours, each `--modes`: eager,
+compiled (`model.compile=true`) and graphed (`model.step_graph=true`, the whole step one CUDA graph).
+Each side's kernels per eager step (benchmarks/kernel_count.py) are given beside its time, per part (net,
+norms, head, loss, optimizer: forward+backward), so where a side spends its launches shows. Our models run
+through EmpathyModule with the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
 video already time-averaged: the plain mean over time is part of its step, as the masked mean is
 part of ours. Steps of the models being compared are interleaved in one process (ours, theirs,
 theirs, ours, ...) so machine load hits both sides alike and the ratio stays fair on a shared machine.
@@ -35,12 +37,13 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import kernel_count  # noqa: E402
+from empathic_fusion.models.step_graph import GraphedStep, rate_on_device  # noqa: E402
 from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 from train_throughput import SyntheticBatches, fusion_module  # noqa: E402
 
@@ -89,62 +92,55 @@ def _precision(precision: str, device: torch.device) -> tuple[Any, torch.dtype |
     return autocast, torch.bfloat16 if precision == "bf16-true" else None
 
 
-def our_step(name: str, overrides: dict[str, Any], dims: dict[str, int], device: torch.device,
-             precision: str) -> tuple[Callable[[dict], None], torch.nn.Module]:
-    autocast, dtype = _precision(precision, device)
-    module = fusion_module(name, MODALITIES, dims, **overrides).to(device).train()
-    if dtype is not None:
-        module = module.to(dtype)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
+class Side:
+    """One side of a comparison: a model, its forward (a batch -> one prediction per window, under the precision's
+    autocast) and its training step (forward, MSE, backward, AdamW fused as on a GPU), whose kernels
+    `kernels()` counts per part (benchmarks/kernel_count.py)."""
 
-    def step(batch: dict) -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            loss = F.mse_loss(module(batch).float(), batch["target"].float())
-        loss.backward()
-        optimizer.step()
-    return step, module
+    def __init__(self, model: torch.nn.Module, forward: Callable[[dict], torch.Tensor], device: torch.device,
+                 precision: str, module_parts: dict[type, str] | None = None):
+        autocast, dtype = _precision(precision, device)
+        self.model = model.to(device).train()
+        if dtype is not None:
+            self.model = self.model.to(dtype)
+        self.module_parts = module_parts
+        self.autocast = autocast
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=True)
+
+        def predict(batch: dict) -> torch.Tensor:
+            with autocast:
+                return forward(batch)
+        self.forward = predict
+
+    def step(self, batch: dict) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        kernel_count.mse(self.forward(batch), batch).backward()
+        self.optimizer.step()
+
+    def kernels(self, batch: dict) -> kernel_count.KernelCount:
+        return kernel_count.step_kernels(self.model, batch, kernel_count.mse, forward=self.forward,
+                                         module_parts=self.module_parts, optimizer=self.optimizer)
 
 
-def mmsa_step(model: torch.nn.Module, pooled: bool, device: torch.device,
-              precision: str) -> tuple[Callable[[dict], None], torch.nn.Module]:
-    autocast, dtype = _precision(precision, device)
-    model = model.to(device).train()
-    if dtype is not None:
-        model = model.to(dtype)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def our_side(name: str, overrides: dict[str, Any], dims: dict[str, int], device: torch.device, precision: str) -> Side:
+    module = fusion_module(name, MODALITIES, dims, **overrides)
+    return Side(module, lambda batch: module(batch), device, precision)
 
-    def step(batch: dict) -> None:
+
+def mmsa_side(model: torch.nn.Module, pooled: bool, device: torch.device, precision: str) -> Side:
+    """MMSA's net; its BatchNorm is the norms part and its output layer the head (as our heads are)."""
+    def forward(batch: dict) -> torch.Tensor:
         text, audio, video = (batch[m]["x"] for m in ("text", "audio", "video"))
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            if pooled:  # MMSA's TFN reads audio/video averaged over time, (B, 1, F)
-                audio, video = audio.mean(dim=1, keepdim=True), video.mean(dim=1, keepdim=True)
-            loss = F.mse_loss(model(text, audio, video)["M"].squeeze(-1).float(), batch["target"].float())
-        loss.backward()
-        optimizer.step()
-    return step, model
+        if pooled:  # MMSA's TFN reads audio/video averaged over time, (B, 1, F)
+            audio, video = audio.mean(dim=1, keepdim=True), video.mean(dim=1, keepdim=True)
+        return model(text, audio, video)["M"].squeeze(-1)
+    head = getattr(model, "post_fusion_layer_3", None) or model.out  # TFN's, EF_LSTM's
+    return Side(model, forward, device, precision, module_parts={torch.nn.BatchNorm1d: "norms", head: "head"})
 
 
-class _OpCount(TorchDispatchMode):
-    """ATen ops dispatched that compute (views, which only relabel memory, left out): on a GPU about one
-    kernel launch each."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        returns = func._schema.returns
-        view = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
-        self.count += not view
-        return func(*args, **(kwargs or {}))
-
-
-def ops_per_step(step: Callable[[dict], None], batch: dict) -> int:
-    with _OpCount() as ops:
-        step(batch)
-    return ops.count
+def parts_text(count: kernel_count.KernelCount) -> str:
+    """e.g. "net 50+47, norms 33+9, head 9+6, loss 1+2, optimizer 2" (forward+backward)."""
+    return ", ".join(f"{part} {f}+{b}" if part != "optimizer" else f"{part} {f}" for part, (f, b) in count.table().items())
 
 
 def interleaved(steps: dict[str, Callable[[dict], None]], batch: dict, n: int, warmup: int,
@@ -187,6 +183,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--models", default="tfn,ef_lstm,lf_lstm,amer")
+    parser.add_argument("--modes", default=None,
+                        help=f"comma-separated, of {list(MODES)} (default: eager on cpu, all three on cuda)")
     parser.add_argument("--mmsa", type=Path, default=MMSA_DIR, help="folder with MMSA's singleTask/ and subNets/")
     add_output_arguments(parser, "models_vs_mmsa")
     args = parser.parse_args(argv)
@@ -195,10 +193,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no GPU")
     args.precisions = (args.precisions or ("32" if args.device == "cpu" else ",".join(PRECISIONS))).split(",")
+    args.modes = (args.modes or ("eager" if args.device == "cpu" else ",".join(MODES))).split(",")
+    if set(args.modes) - set(MODES) or "eager" not in args.modes:
+        parser.error(f"--modes: of {list(MODES)}, eager among them")
     unknown = set(args.precisions) - set(PRECISIONS)
     if unknown:
         parser.error(f"--precisions: unknown {sorted(unknown)}; choose from {list(PRECISIONS)}")
     return args
+
+
+def graphed_step(side: Side) -> Callable[[dict], None]:
+    """Our whole step (forward, MSE, backward, AdamW) through models/step_graph.py's GraphedStep: captured as one
+    CUDA graph after its warm-up on a GPU, eager on a CPU (the module's `model.step_graph=true` without Lightning)."""
+    def body(batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        pred = side.forward(batch)
+        return kernel_count.mse(pred, batch), {"pred": pred}
+
+    rate_on_device(side.optimizer)
+    return GraphedStep(body, side.optimizer, torch.zeros(2, device=next(side.model.parameters()).device))
+
+
+def compiled_step(side: Side, device: torch.device) -> Callable[[dict], None]:
+    """Our step with the net and head through torch.compile, as `model.compile=true` runs them (reduce-overhead:
+    CUDA graphs of the forward and backward on a GPU; the optimizer eager)."""
+    scores = torch.compile(side.model.scores, mode="reduce-overhead" if device.type == "cuda" else "default",
+                           dynamic=False)
+    autocast = side.autocast
+
+    def step(batch: dict) -> None:
+        side.optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.compiler.cudagraph_mark_step_begin()
+        with autocast:
+            pred = scores(batch)
+        kernel_count.mse(pred, batch).backward()
+        side.optimizer.step()
+    return step
+
+
+MODES = ("eager", "compiled", "graphed")
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -214,12 +247,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     mmsa_args = {"feature_dims": (dims["text"], dims["audio"], dims["video"]), "train_mode": "regression",
                  "seq_lens": args.frames}
     where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
+    modes = [m for m in MODES if m in args.modes]
     lines = [f"{where}, batch {args.batch_size} x {args.frames} frames, dims {dims}, {args.steps} timed steps after "
              f"{args.warmup} warm-up{' (CUDA events)' if device.type == 'cuda' else ''}, {load()} at start. "
-             "ops/step: ATen ops that compute in one training step, views left out (about one kernel launch each on a "
-             "GPU); the optimizer is AdamW on both sides.", "",
-             "| precision | model | ours ms/step | MMSA ms/step | ours / MMSA speed | ours ops/step | MMSA ops/step | "
-             "load (1/5/15 min) |", "|---|---|---|---|---|---|---|---|"]
+             "One step: forward, MSE, backward, AdamW (fused on both sides). Ours eager, compiled (`model.compile=true`: "
+             "the net and head through torch.compile) and graphed (`model.step_graph=true`: the whole step as one CUDA "
+             "graph; on a CPU the same function runs eagerly); MMSA's eager. kernels: kernel-launching ATen ops of "
+             "one eager step (benchmarks/kernel_count.py: views, allocations and host reads left out), per part as "
+             "forward+backward; inside a graph they launch as one.", "",
+             "| precision | model | " + " | ".join(f"ours {m} ms" for m in modes) + " | MMSA ms | ours eager / MMSA "
+             "speed | " + ("ours graphed / MMSA speed | " if "graphed" in modes else "") + "ours kernels | MMSA kernels | "
+             "ours per part | MMSA per part | load (1/5/15 min) |",
+             "|---|---|" + "---|" * (len(modes) + 7 + ("graphed" in modes))]
     print("\n".join(lines))
     rows = []
     for precision in args.precisions:
@@ -227,29 +266,44 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         batch = _cast({k: ({kk: vv.to(device) for kk, vv in v.items()} if isinstance(v, dict) else v.to(device))
                        for k, v in host_batch.items()}, dtype)
         for name in models:
-            torch.manual_seed(0)
-            if name == "tfn":
-                steps = {"ours": our_step("tfn", OUR_TFN, dims, device, precision)[0],
-                         "mmsa": mmsa_step(mmsa.TFN(SimpleNamespace(**mmsa_args, **MMSA_TFN)), True, device, precision)[0]}
-            elif name == "ef_lstm":
-                steps = {"ours": our_step("ef_lstm", OUR_EF_LSTM, dims, device, precision)[0],
-                         "mmsa": mmsa_step(mmsa.EF_LSTM(SimpleNamespace(**mmsa_args, **MMSA_EF_LSTM)), False, device,
-                                           precision)[0]}
-            else:  # no MMSA counterpart: our own speed with the conf/model settings
-                steps = {"ours": our_step(name, {}, dims, device, precision)[0]}
+            sides = {}
+            for mode in modes:  # a model of its own per mode: each trains its own weights
+                torch.manual_seed(0)
+                side = our_side(name, {"tfn": OUR_TFN, "ef_lstm": OUR_EF_LSTM}.get(name, {}), dims, device, precision)
+                sides[f"ours {mode}"] = side
+            theirs = None
+            if name in ("tfn", "ef_lstm"):
+                torch.manual_seed(0)
+                net = (mmsa.TFN(SimpleNamespace(**mmsa_args, **MMSA_TFN)) if name == "tfn"
+                       else mmsa.EF_LSTM(SimpleNamespace(**mmsa_args, **MMSA_EF_LSTM)))
+                theirs = mmsa_side(net, name == "tfn", device, precision)
+            steps = {label: (side.step if label == "ours eager" else graphed_step(side) if label == "ours graphed"
+                             else compiled_step(side, device)) for label, side in sides.items()}
+            if theirs is not None:
+                steps["mmsa"] = theirs.step
             _precision(precision, device)
             seconds = interleaved(steps, batch, args.steps, args.warmup, device)
-            ops = {side: ops_per_step(step, batch) for side, step in steps.items()}
+            counts = {"ours": sides["ours eager"].kernels(batch)}  # counting takes one more (eager) step
+            if theirs is not None:
+                counts["mmsa"] = theirs.kernels(batch)
             row = {"precision": precision, "model": name, **{f"{k}_ms": v * 1e3 for k, v in seconds.items()},
-                   **{f"{k}_ops": v for k, v in ops.items()}}
-            ours, theirs = row["ours_ms"], row.get("mmsa_ms")
-            ratio = f"{theirs / ours:.2f}x" if theirs else "-"
-            lines.append(f"| {precision} | {name} | {ours:.2f} | {f'{theirs:.2f}' if theirs else '-'} | {ratio} | "
-                         f"{row['ours_ops']} | {row.get('mmsa_ops', '-')} | {load()} |")
+                   **{f"{k}_kernels": c.total for k, c in counts.items()},
+                   **{f"{k}_parts": {p: list(fb) for p, fb in c.table().items()} for k, c in counts.items()}}
+            mmsa_ms = row.get("mmsa_ms")
+            speed = (lambda ours: f"{mmsa_ms / ours:.2f}x" if mmsa_ms else "-")
+            cells = [f"{row[f'ours {m}_ms']:.2f}" for m in modes]
+            graphed = [speed(row["ours graphed_ms"])] if "graphed" in modes else []
+            lines.append(f"| {precision} | {name} | " + " | ".join(cells) + f" | {f'{mmsa_ms:.2f}' if mmsa_ms else '-'} | "
+                         + " | ".join([speed(row["ours eager_ms"]) if "eager" in modes else "-", *graphed])
+                         + f" | {row['ours_kernels']} | {row.get('mmsa_kernels', '-')} | {parts_text(counts['ours'])} | "
+                         f"{parts_text(counts['mmsa']) if 'mmsa' in counts else '-'} | {load()} |")
             print(lines[-1], flush=True)
             rows.append(row)
     torch.set_float32_matmul_precision("highest")
-    lines += ["", "ours / MMSA speed: MMSA's ms per step over ours (above 1: ours is faster)."]
+    lines += ["", "speed: MMSA's ms per step over ours (above 1: ours is faster). MMSA's norms are BatchNorm1d over "
+              "frame positions (all frames, masks ignored) and its head one linear layer; ours are masked per-feature "
+              "norms and the paper's similarity head, so those parts cost more kernels by design: the per-part "
+              "columns show where each side's kernels go."]
     write_results(args, "Fusion models against MMSA's at equal dims", "\n".join(lines))
     return rows
 

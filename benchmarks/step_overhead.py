@@ -10,6 +10,8 @@ The same training step, four ways, timed in turn in one process:
   checkpoints, no progress bar, as in a batch job) over batches already on the device (what the loop adds);
 - store: that Trainer on the datamodule over a synthetic feature store in the real format (what the
   loader adds), with its frame arrays where train.py puts them (in a GPU's memory; out of core on a CPU).
+With `--graphed`, the trainer and store modes again with `model.step_graph=true`: the whole step (and, with
+the frames in a GPU's memory, the batch's gather) one CUDA graph; on a CPU the same step function, eagerly.
 At `tiny` dims (small inputs, short windows, small batches: the models' own layers, where fixed costs
 show as they do on a GPU) and at the paper's dims; ms per step and the ratio to the net's, with the host syncs per training step
 (benchmarks/host_syncs.py). With `--baseline REF` the package at git REF (a temporary worktree) is
@@ -33,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("net", "training_step", "trainer", "store")
 COMPILED = "trainer, compiled"  # with --compile: the trainer mode with model.compile=true
+GRAPHED = ("trainer, graphed", "store, graphed")  # with --graphed: model.step_graph=true (the step one CUDA graph)
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"batch": 8, "frames": 16, "dims": {"video": 16, "audio": 8, "text": 16, "story": 384, "traits": 6},
              "branches": {"face": 16, "audio": 8, "text": 16}, "fraction": 0.005},
@@ -106,8 +109,8 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
             key = f"{size_name}/{name}"
             out[key] = {}
             compiling = args.compile and name in args.compile_models.split(",")
-            for mode in MODES + ((COMPILED,) if compiling else ()):
-                module = _module(name, dims, compiled=mode == COMPILED).to(device).train()
+            for mode in MODES + ((COMPILED,) if compiling else ()) + (GRAPHED if args.graphed else ()):
+                module = _module(name, dims, compiled=mode == COMPILED, graphed=mode in GRAPHED).to(device).train()
                 if mode in ("net", "training_step"):
                     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4)
                     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
@@ -133,7 +136,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
                     except Exception as error:  # noqa: BLE001
                         out[key][f"{COMPILED} error"] = f"{type(error).__name__}: {str(error)[:300]}"
                         continue
-                elif mode == "trainer":
+                elif mode in ("trainer", GRAPHED[0]):
                     fit.fit(module, train_dataloaders=DataLoader(prebuilt, batch_size=None))
                 else:
                     dm = _datamodule(stores[size_name], size, fit)
@@ -145,14 +148,15 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _module(name: str, dims: dict[str, int], compiled: bool = False):
+def _module(name: str, dims: dict[str, int], compiled: bool = False, graphed: bool = False):
     """conf/model/<name>.yaml's module (the model's own layers), built as train.py builds it, seeded;
-    `compiled`: with model.compile=true."""
+    `compiled`: with model.compile=true; `graphed`: with model.step_graph=true."""
     import torch
     from train_throughput import fusion_module
 
     torch.manual_seed(0)
-    return fusion_module(name, ["video", "audio", "text"], dims, {"compile": True} if compiled else None)
+    return fusion_module(name, ["video", "audio", "text"], dims,
+                         {**({"compile": True} if compiled else {}), **({"step_graph": True} if graphed else {})})
 
 
 def _datamodule(root: str, size: dict[str, Any], trainer):
@@ -199,6 +203,7 @@ def _round(args: argparse.Namespace, tree: Path, stores: dict[str, str], count_s
                *(["--threads", str(args.threads)] if args.threads else []),
                *(["--precision", args.precision] if args.precision else []),
                *(["--compile", "--compile-models", args.compile_models] if args.compile and tree == ROOT else []),
+               *(["--graphed"] if args.graphed and tree == ROOT else []),
                *(["--count-syncs"] if count_syncs else [])]
     done = subprocess.run(command, capture_output=True, text=True, cwd=tree,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))})
@@ -211,7 +216,7 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per size/model: the median over rounds of each mode's ms per step, and the syncs counted."""
     out: dict[str, dict[str, float]] = {}
     for key in rounds[0]:
-        out[key] = {mode: statistics.median(r[key][mode] for r in rounds) for mode in (*MODES, COMPILED)
+        out[key] = {mode: statistics.median(r[key][mode] for r in rounds) for mode in (*MODES, COMPILED, *GRAPHED)
                     if mode in rounds[0][key]}
         for r in rounds:
             out[key].update({k: v for k, v in r[key].items() if k.endswith(("_syncs", "_sync_sites", " error"))})
@@ -220,16 +225,21 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def _table(summary: dict[str, dict[str, float]], size: str) -> list[str]:
     compiled = any(COMPILED in row for row in summary.values())
+    graphed = any(GRAPHED[0] in row for row in summary.values())
     lines = ["| model | net ms | training_step ms | trainer ms | store ms | training_step / net | trainer / net | "
              "store / net |" + (" compiled trainer ms | compiled / net |" if compiled else "")
+             + (" graphed trainer ms | graphed store ms | graphed trainer / net | graphed store / net |" if graphed else "")
              + " host syncs per step (trainer, store) |", "|---|---|---|---|---|---|---|---|" + "---|" * (2 * compiled)
-             + "---|"]
+             + "---|" * (4 * graphed) + "---|"]
     for key, row in summary.items():
         if not key.startswith(f"{size}/"):
             continue
         syncs = ", ".join(f"{row[m]:g}" if f"{m}" in row else "-" for m in ("trainer_syncs", "store_syncs"))
         extra = (f" {row[COMPILED]:.2f} | {row[COMPILED] / row['net']:.2f}x |" if COMPILED in row else " - | - |"
                  ) if compiled else ""
+        if graphed:
+            extra += (f" {row[GRAPHED[0]]:.2f} | {row[GRAPHED[1]]:.2f} | {row[GRAPHED[0]] / row['net']:.2f}x | "
+                      f"{row[GRAPHED[1]] / row['net']:.2f}x |" if GRAPHED[0] in row else " - | - | - | - |")
         lines.append(f"| {key.split('/')[1]} | {row['net']:.2f} | {row['training_step']:.2f} | {row['trainer']:.2f} | "
                      f"{row['store']:.2f} | {row['training_step'] / row['net']:.2f}x | {row['trainer'] / row['net']:.2f}x | "
                      f"{row['store'] / row['net']:.2f}x |{extra} {syncs} |")
@@ -294,6 +304,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true",
                         help="also the trainer mode with model.compile=true (reduce-overhead on a GPU)")
     parser.add_argument("--compile-models", default="tfn,ef_lstm", help="the models --compile measures")
+    parser.add_argument("--graphed", action="store_true",
+                        help="also the trainer and store modes with model.step_graph=true (one CUDA graph per step)")
     parser.add_argument("--baseline", default=None, help="git ref to measure beside the checkout (before/after)")
     parser.add_argument("--work", type=Path, default=None, help="where the synthetic stores go (default: a temp dir)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

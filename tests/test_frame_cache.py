@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from empathic_fusion.datamodules import frame_cache
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, frames_place
+from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, device_budget, frames_place
 from empathic_fusion.datamodules.statistics import covered_sums
 from empathic_fusion.datamodules.window_gather import FrameLayout, MemorySink, fill_frames
 from empathic_fusion.features.store import FeatureStore
@@ -186,7 +186,7 @@ def test_filling_a_chunk_at_a_time_equals_one_pass(tiny_dataset, tiny_store):
     ("disk", "cuda", 1.0, ("disk", "cpu")),
 ])
 def test_where_the_frames_go(place, device, size_gb, expected):
-    chosen, target, why = frames_place(place, torch.device(device), size_gb * 1e9, 8.0)
+    chosen, target, why = frames_place(place, torch.device(device), size_gb * 1e9, device_budget(torch.device(device), 8.0))
     assert (chosen, target.type) == expected and why
     if place == "auto" and device == "cuda":
         assert ("exceed" in why) == (size_gb > 8)

@@ -45,3 +45,18 @@ def test_the_report_keeps_the_timing_tables_and_a_part_cut_by_the_call(tmp_path)
     assert "its results file (step_overhead.md) is not this check's" in steps and "| tfn | 8.54 |" in steps
     assert "round 1/1" not in steps
     assert "## The grid" not in report  # no outcome, so no tables to read: the row says what happened
+
+
+def test_the_report_says_whether_a_run_captured_its_step(tmp_path):
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| train_tfn_step_graph | passed | 41 s |\n")
+    (logs / "train_tfn_step_graph.log").write_text(
+        "frame arrays (0.17 GB in bfloat16): in memory on cuda:0 (they fit 50% of the 79.1 GB free on cuda:0 at setup)\n"
+        "step graph: the training step for batches of 64 windows is captured as one CUDA graph after 3 warm-up steps "
+        "(a batch of another size runs eagerly)\n")
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    section = out.read_text().split("model.step_graph=true")[1].split("## ")[0]
+    assert "`step graph: the training step for batches of 64 windows is captured as one CUDA graph" in section
+    assert "in bfloat16): in memory on cuda:0" in section and "(no test table)" in section

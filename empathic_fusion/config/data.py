@@ -20,6 +20,7 @@ SCENARIOS = ("story_share", "reflection")
 STALE_POLICIES = ("mask", "error")  # stored features that no longer match: mask them with a warning, or stop
 LOADERS = ("batched", "reference")
 FRAME_PLACES = ("auto", "memory", "disk")  # where the batched loader keeps its frame arrays
+DEVICE_FRAME_DTYPES = ("bfloat16", "float16", "float32")  # frame arrays held in a GPU's memory, widened per batch
 
 
 def _folds_rules(cv_folds: int, cv_fold: Optional[int]) -> dict[str, tuple[bool, str]]:
@@ -50,7 +51,10 @@ class FusionDataConfig:
     loader: str = "batched"                      # batched (whole batches from frame arrays) | reference (WindowDataset)
     frames: str = "auto"                         # batched loader's frame arrays: auto | memory | disk (out of core);
     #                                              auto = on a GPU's memory when they fit device_memory_gb, else disk
-    device_memory_gb: float = 8.0                # frame arrays on the training device up to this size
+    device_memory_gb: Optional[float] = None     # frame arrays on the training GPU up to this size; null = half of
+    #                                              the GPU's free memory when the run sets up
+    device_frames_dtype: str = "bfloat16"        # their type in a GPU's memory (float32 on the host and on disk);
+    #                                              batches are widened to float32 as they are gathered
     frame_cache_dir: Optional[str] = None        # the out-of-core frame cache (null: <store_dir>/frame_cache)
     normalize: Tuple[str, ...] = ("video", "audio")  # z-scored per feature with training-split statistics
     extract_workers: int = 2
@@ -77,7 +81,9 @@ class FusionDataConfig:
             "on_stale": (self.on_stale in STALE_POLICIES, one_of(STALE_POLICIES)),
             "loader": (self.loader in LOADERS, one_of(LOADERS)),
             "frames": (self.frames in FRAME_PLACES, one_of(FRAME_PLACES)),
-            "device_memory_gb": (finite(self.device_memory_gb) and self.device_memory_gb >= 0, "a number >= 0"),
+            "device_memory_gb": (self.device_memory_gb is None
+                                 or (finite(self.device_memory_gb) and self.device_memory_gb >= 0), "null or a number >= 0"),
+            "device_frames_dtype": (self.device_frames_dtype in DEVICE_FRAME_DTYPES, one_of(DEVICE_FRAME_DTYPES)),
             "normalize": (set(self.normalize) <= set(MODALITIES), f"a subset of {list(MODALITIES)}"),
             **_folds_rules(self.cv_folds, self.cv_fold)})
 

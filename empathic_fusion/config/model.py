@@ -57,6 +57,8 @@ class FusionModelConfig:
     compile: bool = False                        # torch.compile the net and head (docs/scaling.md)
     compile_mode: Optional[str] = None           # null: reduce-overhead (CUDA graphs) on a GPU, default on a CPU
     compile_backend: str = "inductor"            # torch.compile's backend (aot_eager: capture only, no code generation)
+    step_graph: bool = False                     # the whole training step (forward, backward, AdamW) as one CUDA graph,
+    #                                              replayed every step; eager on a CPU (docs/scaling.md)
 
     def __post_init__(self) -> None:
         problems = _check_net(self.net) + _optimizer_problems(self.optimizer, self.scheduler)

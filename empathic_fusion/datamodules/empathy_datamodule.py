@@ -8,8 +8,9 @@ the dataset (ratings.csv's pairs; a session without ratings is scored against ev
 z-scored with the given `stats` (a checkpoint's training statistics); the app scores an uploaded
 clip this way (empathic_fusion/app/clip.py), through `trainer.predict`. Loaders
 (`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
-(empathic_fusion/datamodules/window_gather.py): `frames: auto` keeps them in a GPU's memory when they fit
-`device_memory_gb` and otherwise reads them out of core from a normalised frame cache on disk
+(empathic_fusion/datamodules/window_gather.py): `frames: auto` keeps them in a GPU's memory (in
+`device_frames_dtype`) when they fit `device_memory_gb` (by default half of its free memory) and otherwise
+reads them out of core from a normalised frame cache on disk
 (frame_cache.py), so a run's memory does not grow with the corpus; `loader: reference` is the
 per-window `WindowDataset` the batched loader is proven equal to.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -34,7 +36,8 @@ from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
-from empathic_fusion.datamodules.window_gather import FrameArrays, FrameLayout, IndexBatchSampler, WindowBatches
+from empathic_fusion.datamodules.window_gather import (FrameArrays, FrameLayout, IndexBatchSampler, WindowBatches,
+                                                       WindowPositions)
 from empathic_fusion.datamodules.windows import build_windows, rating_frames
 from empathic_fusion.core.branches import BRANCHES, INDEXED, MODALITIES, branch_width, speech_branch
 from empathic_fusion.features.extract import extract_features, stored_warnings
@@ -67,8 +70,8 @@ class EmpathyDataModule(L.LightningDataModule):
                  num_workers: int = _D.num_workers, normalize: tuple[str, ...] = _D.normalize,
                  demo: dict[str, Any] | None = None, extract_workers: int = _D.extract_workers, seed: int = 0,
                  cv_folds: int = _D.cv_folds, cv_fold: int = _D.cv_fold, on_stale: str = _D.on_stale,
-                 loader: str = _D.loader, frames: str = _D.frames, device_memory_gb: float = _D.device_memory_gb,
-                 frame_cache_dir: str | None = _D.frame_cache_dir,
+                 loader: str = _D.loader, frames: str = _D.frames, device_memory_gb: float | None = _D.device_memory_gb,
+                 device_frames_dtype: str = _D.device_frames_dtype, frame_cache_dir: str | None = _D.frame_cache_dir,
                  allow_shared_media: bool = _D.allow_shared_media, predict: bool = False,
                  stats: dict[str, tuple[Any, Any]] | None = None):
         super().__init__()
@@ -97,7 +100,9 @@ class EmpathyDataModule(L.LightningDataModule):
         self.on_stale = on_stale  # stale or damaged stored branches: mask them with a warning, or stop
         self.loader = loader  # choices and ranges of the data settings are the schema's (config/data.py)
         self.frames_place = frames  # auto | memory | disk: where the batched loader's frame arrays live
-        self.device_memory_gb = float(device_memory_gb)  # frame arrays on the training device up to this size
+        # frame arrays on the training GPU up to this size (None: a share of its free memory at setup), in this type
+        self.device_memory_gb = None if device_memory_gb is None else float(device_memory_gb)
+        self.device_frames_dtype = getattr(torch, device_frames_dtype)
         self.frame_cache_dir = Path(frame_cache_dir) if frame_cache_dir else self.store_dir / "frame_cache"
         self.allow_shared_media = bool(allow_shared_media)  # one recording in two participants' sessions: warn, not stop
         self.predict = bool(predict)  # one predict split over the whole dataset, z-scored with `stats`
@@ -105,6 +110,7 @@ class EmpathyDataModule(L.LightningDataModule):
                               for m, (mean, std) in (stats or {}).items()}
         self.extraction_report = None  # what prepare_data's extraction did (failures, warnings)
         self.datasets: dict[str, WindowBatches | WindowDataset] = {}
+        self.gather_in_step = False  # the train loader yields window positions (gather_training_batches_in_step)
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
         self.skipped: dict[int, str] = {}  # rating (row of self.ratings) without windows -> why
@@ -344,12 +350,19 @@ class EmpathyDataModule(L.LightningDataModule):
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
 
     def _frame_arrays(self, source: FrameSource) -> FrameArrays:
-        """The batched loader's frame arrays where `frames` says (see `frames_place`), logged with why."""
-        size = FrameLayout.of(source).dense_nbytes()
-        place, target, why = frames_place(self.frames_place, self._training_device(), size, self.device_memory_gb)
+        """The batched loader's frame arrays where `frames` says (see `frames_place`), logged with why: in a GPU's
+        memory in `device_frames_dtype`, elsewhere in float32."""
+        device = self._training_device()
+        layout = FrameLayout.of(source)
+        on_gpu = device.type == "cuda"
+        dtype = self.device_frames_dtype if on_gpu else torch.float32
+        size = layout.dense_nbytes(dtype.itemsize)
+        place, target, why = frames_place(self.frames_place, device, size, device_budget(device, self.device_memory_gb))
+        if target.type != "cuda":
+            dtype, size = torch.float32, layout.dense_nbytes()
         frames = (frame_arrays_on_disk(source, self.frame_cache_dir) if place == "disk"
-                  else FrameArrays.in_memory(source, target))
-        log.info("frame arrays (%.2f GB): %s (%s)", size / 1e9,
+                  else FrameArrays.in_memory(source, target, dtype))
+        log.info("frame arrays (%.2f GB in %s): %s (%s)", size / 1e9, str(dtype).replace("torch.", ""),
                  frames.where if place == "disk" else f"in memory on {target}", why)
         return frames
 
@@ -431,12 +444,26 @@ class EmpathyDataModule(L.LightningDataModule):
                           num_workers=workers, persistent_workers=workers > 0,
                           pin_memory=where.type == "cpu" and device.type == "cuda")
 
+    def gather_training_batches_in_step(self) -> Callable[[torch.Tensor], dict] | None:
+        """From now on the train loader yields {"window": positions} (on the frame arrays' device) and the
+        returned function gathers their batch, so a captured training step holds the gather (models/step_graph.py);
+        None, and nothing changes, where the frames are read from disk or window by window."""
+        data = self.datasets.get("train")
+        if not isinstance(data, WindowBatches) or self.frames.disk:
+            return None
+        self.gather_in_step = True
+        log.info("the training step gathers its batches from the frame arrays on %s", self.frames.device)
+        return data.batch
+
     def train_dataloader(self) -> DataLoader:
         data = self.datasets["train"]
         if self.oversample:
-            classes = np.round(data.ratings).astype(int)
-            return self._loader("train", RatingOversampler(classes, seed=self.seed))
-        return self._loader("train", None, shuffle=True)
+            loader = self._loader("train", RatingOversampler(np.round(data.ratings).astype(int), seed=self.seed))
+        else:
+            loader = self._loader("train", None, shuffle=True)
+        if self.gather_in_step:  # the same sampler and batches, as positions: the step gathers them
+            return DataLoader(WindowPositions(data), sampler=loader.sampler, batch_size=None)
+        return loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val", None)
@@ -451,24 +478,40 @@ class EmpathyDataModule(L.LightningDataModule):
         return DataLoader(self.datasets["predict"], batch_size=self.batch_size, num_workers=self.num_workers)
 
 
-def frames_place(place: str, device: torch.device, size: float, device_memory_gb: float) -> tuple[str, torch.device, str]:
-    """Where the batched loader keeps `size` bytes of frame arrays, as (memory | disk, device, why).
-    `auto`: in the training GPU's memory when they fit `device_memory_gb` (batches gathered there), else out
+DEVICE_MEMORY_SHARE = 0.5  # data.device_memory_gb=null: frame arrays may take this share of the GPU's free memory
+
+
+def device_budget(device: torch.device, device_memory_gb: float | None) -> tuple[float, str]:
+    """(bytes the frame arrays may take on `device`, the budget in words): `device_memory_gb` when set, else
+    DEVICE_MEMORY_SHARE of the GPU's free memory now (the rest for the model, its activations and other runs)."""
+    if device_memory_gb is not None:
+        return device_memory_gb * 1e9, f"data.device_memory_gb={device_memory_gb:g} on {device}"
+    if device.type != "cuda":
+        return 0.0, f"no budget on {device}"
+    free, _ = torch.cuda.mem_get_info(device)
+    budget = DEVICE_MEMORY_SHARE * free
+    return budget, (f"{DEVICE_MEMORY_SHARE:.0%} of the {free / 1e9:.1f} GB free on {device} at setup "
+                    f"({budget / 1e9:.1f} GB; data.device_memory_gb sets another budget)")
+
+
+def frames_place(place: str, device: torch.device, size: float, budget: tuple[float, str]) -> tuple[str, torch.device, str]:
+    """Where the batched loader keeps `size` bytes of frame arrays, as (memory | disk, device, why), given the
+    training device's `budget` (`device_budget`: bytes, in words).
+    `auto`: in the training GPU's memory when they fit the budget (batches gathered there), else out
     of core from disk (on a CPU always: the page cache then holds one copy for every concurrent run).
     `memory`: in memory, on the device when they fit, else in host memory."""
-    fits = size <= device_memory_gb * 1e9
-    budget = f"data.device_memory_gb={device_memory_gb:g}"
+    fits, budget_text = size <= budget[0], budget[1]
     if place == "auto":
         if device.type == "cpu":
             return "disk", torch.device("cpu"), "training on the CPU: the page cache holds one copy for every run"
         if fits:
-            return "memory", device, f"they fit {budget} on {device}"
-        return "disk", torch.device("cpu"), f"they exceed {budget} on {device}"
+            return "memory", device, f"they fit {budget_text}"
+        return "disk", torch.device("cpu"), f"they exceed {budget_text}"
     if place == "disk":
         return "disk", torch.device("cpu"), "data.frames=disk"
     if device.type == "cpu" or fits:
         return "memory", device, "data.frames=memory"
-    return "memory", torch.device("cpu"), f"data.frames=memory; they exceed {budget}, so batches are gathered on the host"
+    return "memory", torch.device("cpu"), f"data.frames=memory; they exceed {budget_text}, so batches are gathered on the host"
 
 
 def predict_ratings(dataset: EmpathyDataset) -> pd.DataFrame:

@@ -55,23 +55,25 @@ def drop_frames_block(batch: dict, modalities: Sequence[str], rate: float, gener
     return out
 
 
-def modality_dropout_draw(windows: int, modalities: int, p: float, generator: torch.Generator) -> torch.Tensor:
+def modality_dropout_draw(windows: int, modalities: int, p: float, generator: torch.Generator | None,
+                          device: torch.device | str | None = None) -> torch.Tensor:
     """(windows, modalities) bool, True where a modality is dropped: each with probability `p`, except
     that a window whose every modality was drawn keeps one of them, chosen at random. A modality is thus
-    dropped with probability p - p**M / M for M modalities."""
-    drop = torch.rand((windows, modalities), generator=generator) < p
-    kept = torch.randint(0, modalities, (windows,), generator=generator)  # drawn always: one stream per batch size
-    every = drop.all(dim=1)
-    drop[every, kept[every]] = False
-    return drop
+    dropped with probability p - p**M / M for M modalities. Drawn on the generator's device (None: from
+    `device`'s default generator), with no value read on the host (a captured step draws it on the GPU)."""
+    device = generator.device if generator is not None else device
+    drop = torch.rand((windows, modalities), generator=generator, device=device) < p
+    kept = torch.randint(0, modalities, (windows,), generator=generator, device=device)  # one stream per batch size
+    return drop & ~(drop.all(dim=1, keepdim=True) & torch.nn.functional.one_hot(kept, modalities).bool())
 
 
-def modality_dropout(batch: dict, modalities: Sequence[str], p: float, generator: torch.Generator) -> dict:
+def modality_dropout(batch: dict, modalities: Sequence[str], p: float, generator: torch.Generator | None,
+                     device: torch.device | str | None = None) -> dict:
     """The batch with whole modalities dropped per window (`modality_dropout_draw`); story, traits and
     targets untouched. Needs two or more modalities: with one, dropping it would leave nothing."""
     if len(modalities) < 2:
         raise ValueError(f"modality dropout needs two or more modalities, got {list(modalities)}")
-    drop = modality_dropout_draw(len(batch["target"]), len(modalities), p, generator)
+    drop = modality_dropout_draw(len(batch["target"]), len(modalities), p, generator, device)
     out = dict(batch)
     for j, m in enumerate(modalities):
         out[m] = _masked_part(batch[m], ~drop[:, j:j + 1].expand(batch[m]["mask"].shape))

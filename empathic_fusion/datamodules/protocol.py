@@ -52,3 +52,14 @@ class FusionData(EmpathyData, Protocol):
     stats: dict[str, tuple[torch.Tensor, torch.Tensor]]  # training-split mean and std per normalised modality
     train_target_mean: float  # the training windows' mean target (the constant baseline, the `mean` head)
     ratings: pd.DataFrame  # one row per self-rating: session, participant, story (the report's tables)
+
+
+@runtime_checkable
+class GathersInStep(Protocol):
+    """A datamodule whose training batches can be gathered inside the training step (a captured step then holds
+    the gather too: models/step_graph.py)."""
+
+    def gather_training_batches_in_step(self) -> Any:
+        """From now on the train loader yields {"window": the batch's window positions, on the frames' device}
+        and the returned function (positions -> batch) gathers their batch; None, and nothing changes, where
+        batches are not gathered from frame arrays in memory."""

@@ -13,7 +13,9 @@ so the arrays cost about 1/8 of the materialised windows, in float32 twice the s
 Where the frame arrays live (`FrameArrays.in_memory`, `frame_cache.frame_arrays_on_disk`):
 - **in memory** (`memory`): one tensor per dense piece on the training device (or the host); a batch
   is one `index_select` per piece. The arrays are filled a chunk of rows at a time, so the host never
-  holds more than a chunk on the way to a GPU.
+  holds more than a chunk on the way to a GPU. In a GPU's memory they are held in half precision
+  (`data.device_frames_dtype`, bfloat16 by default: half the memory, float32's range, so the full corpus
+  fits an 80 GB GPU) and each batch is widened to float32 as it is gathered.
 - **on disk** (`disk`, out of core): the dense pieces are written once to a normalised frame cache
   (`frame_cache.py`, float32 files keyed by the store, the windows' sessions and the statistics) and a
   batch reads each window's rows with one positioned read (`os.preadv`) straight into the batch buffer.
@@ -23,7 +25,7 @@ Where the frame arrays live (`FrameArrays.in_memory`, `frame_cache.frame_arrays_
   in memory.
 
 Either way the batches are identical to `WindowDataset`'s (tests/test_window_gather.py): same keys,
-dtypes, values. Indexed branches (`<branch>/index` shifted onto the concatenated `<branch>/table`,
+dtypes, values (with half-precision arrays the values are the float32 ones rounded to that precision). Indexed branches (`<branch>/index` shifted onto the concatenated `<branch>/table`,
 pointing at a zero row where masked) are always gathered in memory.
 
 On the host, a batch's large outputs (tens of MB) are written into reused buffers (`HostBuffers`):
@@ -95,9 +97,9 @@ class FrameLayout:
     def dense_keys(self) -> list[str]:
         return [key for pieces in self.pieces.values() for kind, key in pieces if kind == "dense"]
 
-    def dense_nbytes(self) -> int:
-        """float32 bytes of the dense pieces (the bulk of the arrays)."""
-        return 4 * (self.rows + 1) * sum(self.widths.values())
+    def dense_nbytes(self, itemsize: int = 4) -> int:
+        """Bytes of the dense pieces (the bulk of the arrays), at `itemsize` bytes a value (float32's 4)."""
+        return itemsize * (self.rows + 1) * sum(self.widths.values())
 
 
 class FrameSink(Protocol):
@@ -265,16 +267,17 @@ class FramePartsSink:
 
 
 class MemorySink(FramePartsSink):
-    """fill_frames into tensors on `device` (dense chunks copied over one at a time)."""
+    """fill_frames into tensors on `device` in `dtype` (dense chunks copied over one at a time, each cast on the
+    host first, so a half-precision array costs half the transfer)."""
 
-    def __init__(self, layout: FrameLayout, source: FrameSource, device: torch.device):
+    def __init__(self, layout: FrameLayout, source: FrameSource, device: torch.device, dtype: torch.dtype = torch.float32):
         super().__init__(layout, source)
-        self.device = device
-        self.tensors = {key: torch.zeros((layout.rows + 1, layout.widths[key]), dtype=torch.float32, device=device)
+        self.device, self.dtype = device, dtype
+        self.tensors = {key: torch.zeros((layout.rows + 1, layout.widths[key]), dtype=dtype, device=device)
                         for key in layout.dense_keys()}
 
     def dense(self, key: str, row: int, values: np.ndarray) -> None:
-        self.tensors[key][row: row + len(values)] = torch.from_numpy(values).to(self.device)
+        self.tensors[key][row: row + len(values)] = torch.from_numpy(values).to(self.dtype).to(self.device)
 
 
 def small_tensors(masks: dict[str, np.ndarray], indices: dict[str, np.ndarray], tables: dict[str, np.ndarray],
@@ -310,11 +313,13 @@ class FrameArrays:
         self.where = where  # what the log said about the choice
 
     @classmethod
-    def in_memory(cls, source: FrameSource, device: torch.device | str = "cpu") -> FrameArrays:
-        """Every frame in tensors on `device`, filled a chunk of rows at a time."""
+    def in_memory(cls, source: FrameSource, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> FrameArrays:
+        """Every frame in tensors on `device`, filled a chunk of rows at a time; the dense pieces in `dtype`
+        (batches are gathered in float32 whatever it is)."""
         device = torch.device(device)
         layout = FrameLayout.of(source)
-        sink = MemorySink(layout, source, device)
+        sink = MemorySink(layout, source, device, dtype)
         fill_frames(source, layout, sink)
         small = small_tensors(sink.masks, sink.indices, sink.table_arrays(), source.branch_dims)
         return cls(source, layout, {**sink.tensors, **{k: v.to(device) for k, v in small.items()}})
@@ -445,11 +450,11 @@ class WindowBatches(Dataset):
                     parts.append(self._select(tensors[key], rows, key))
                 else:
                     parts.append(self._select(tensors[f"{key}/table"], tensors[f"{key}/index"].index_select(0, rows), key))
-            if len(parts) > 1:
-                x = self._empty(modality, (len(rows), sum(p.shape[1] for p in parts)), parts[0].dtype)
+            if len(parts) > 1:  # the concatenation widens half-precision arrays to float32
+                x = self._empty(modality, (len(rows), sum(p.shape[1] for p in parts)), torch.float32)
                 x = torch.cat(parts, dim=-1, out=x)
             else:
-                x = parts[0]
+                x = parts[0].float()
             batch[modality] = {"x": x.view(*shape, -1), "mask": tensors[f"{modality}/mask"].index_select(0, rows).view(shape),
                                "lengths": lengths}
         batch["story"] = self.story_embeddings.index_select(0, self.index["story_row"][window])
@@ -458,7 +463,7 @@ class WindowBatches(Dataset):
         return batch
 
     def _empty(self, key: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        if self._device.type == "cpu":
+        if self._device.type == "cpu" and not torch.compiler.is_compiling():  # a traced gather allocates its own
             return self._buffers.take(key, shape, dtype)
         return torch.empty(shape, dtype=dtype, device=self._device)  # the CUDA caching allocator reuses memory
 
@@ -475,6 +480,21 @@ class WindowBatches(Dataset):
 
     def __getitems__(self, indices: list[int]) -> dict:
         return self.batch(torch.as_tensor(indices, dtype=torch.long))
+
+
+class WindowPositions(Dataset):
+    """A split's batches as their window positions only, `{"window": positions}`, for a training step that gathers
+    its batch itself (`WindowBatches.batch`): with the frame arrays in a GPU's memory the gather is then part of
+    a captured step."""
+
+    def __init__(self, windows: WindowBatches):
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"window": torch.as_tensor(positions, dtype=torch.long)}
 
 
 class IndexBatchSampler(DistributedSampler):

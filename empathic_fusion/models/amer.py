@@ -18,7 +18,7 @@ from torch import nn
 
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.attention import masked_self_attention
-from empathic_fusion.models.components.encoders import feedforward, masked
+from empathic_fusion.models.components.encoders import feedforward
 from empathic_fusion.models.components.pooling import masked_mean
 
 # Frame-encoder widths in units of D_e, as in the original (visual 4-3-2, audio 8-4-2, text 4-2).
@@ -42,11 +42,12 @@ class AMER(nn.Module):
     def forward(self, batch: dict) -> torch.Tensor:
         present = batch["traits_mask"].to(batch["traits"].dtype)
         person = self.personality(torch.cat([batch["traits"] * present, present], dim=-1))
-        summaries = []
-        for m in self.modalities:
-            x, mask = batch[m]["x"], batch[m]["mask"]
-            frames = self.encoders[m](masked(x, mask))
-            tokens = torch.cat([frames, person.unsqueeze(1).expand(-1, frames.shape[1], -1)], dim=-1)
-            attended = masked_self_attention(tokens, mask, self.temperature) + tokens
-            summaries.append(masked_mean(attended, mask))
-        return self.fusion(torch.cat(summaries, dim=-1))
+        # every modality's tokens are 4 * D_e wide: their attention and pooling run as one batch of k * B windows.
+        # A masked frame's token is neither a key nor part of the pooled mean, so its features need no masking.
+        frames = torch.stack([self.encoders[m](batch[m]["x"]) for m in self.modalities])
+        k, windows, steps, width = frames.shape
+        tokens = torch.cat([frames, person[None, :, None, :].expand(k, windows, steps, width)], dim=-1).flatten(0, 1)
+        mask = torch.stack([batch[m]["mask"] for m in self.modalities]).flatten(0, 1)
+        attended = masked_self_attention(tokens, mask, self.temperature) + tokens
+        summaries = masked_mean(attended, mask).view(k, windows, -1).transpose(0, 1).reshape(windows, -1)
+        return self.fusion(summaries)

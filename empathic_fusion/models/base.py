@@ -140,16 +140,26 @@ class EmpathyLightningModule(L.LightningModule):
             parts.clear()
         return outputs
 
+    def loss_sums(self, device: torch.device) -> torch.Tensor:
+        """The training loss x windows since the last log and in the epoch, on `device` (made at the first step)."""
+        sums = self.__dict__["_loss_sums"]
+        if sums is None or sums.device != device:
+            sums = self.__dict__["_loss_sums"] = torch.zeros(2, device=device)
+            self._loss_counts = [0, 0]
+        return sums
+
     def log_training_loss(self, loss: torch.Tensor, batch_size: int, batch_idx: int) -> None:
         """The training loss, summed on the device instead of read back every step: every
         `trainer.log_every_n_steps` steps the mean since the last log goes to the loggers (`train/loss_step`),
         and at the epoch's last batch the epoch's mean, weighted by windows, to the loggers, the progress
         bar and the callbacks (`train/loss`). The only reads are those logs'."""
+        self.loss_sums(loss.device).add_(loss.detach().float(), alpha=batch_size)
+        self.count_training_loss(batch_size, batch_idx)
+
+    def count_training_loss(self, batch_size: int, batch_idx: int) -> None:
+        """The host's side of `log_training_loss`, for a step that added its loss to `loss_sums` itself (a
+        captured step): the windows counted, and the logs due after this batch."""
         sums = self.__dict__["_loss_sums"]
-        if sums is None or sums.device != loss.device:
-            sums = self.__dict__["_loss_sums"] = torch.zeros(2, device=loss.device)
-            self._loss_counts = [0, 0]
-        sums.add_(loss.detach().float(), alpha=batch_size)
         self._loss_counts = [count + batch_size for count in self._loss_counts]
         trainer = self._trainer
         if trainer is None:

@@ -19,6 +19,7 @@ fix it, instead of a shape error deep inside an encoder.
 """
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 
@@ -31,12 +32,15 @@ from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
-from empathic_fusion.datamodules.protocol import FusionData
+from empathic_fusion.datamodules.protocol import FusionData, GathersInStep
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.metrics import aggregate_by_rating, empathy_metrics
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
+from empathic_fusion.models.step_graph import GraphedStep, rate_on_device, refusal
+
+log = logging.getLogger(__name__)
 
 PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")  # from the datamodule, when given
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
@@ -67,7 +71,7 @@ class EmpathyModule(EmpathyLightningModule):
     def __init__(self, net: dict[str, Any], head: str, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
                  data_info: dict[str, Any], run_config: dict[str, Any], needs: list[str] | None = None,
                  modality_dropout: float = 0.0, compile: bool = False, compile_mode: str | None = None,
-                 compile_backend: str = "inductor"):
+                 compile_backend: str = "inductor", step_graph: bool = False):
         super().__init__(optimizer, scheduler, data_info, run_config)
         self.save_hyperparameters()
         self.modalities = list(data_info["modalities"])
@@ -92,6 +96,10 @@ class EmpathyModule(EmpathyLightningModule):
         self.dropout_generator: torch.Generator | None = None
         self.compile_settings = {"mode": compile_mode, "backend": compile_backend} if compile else None
         self.__dict__["_compiled"] = None  # the compiled scorer, made on first use (not a submodule: same state dict)
+        self.step_graph = bool(step_graph)  # the whole training step as one CUDA graph (models/step_graph.py)
+        self.__dict__["_graphed_step"] = None  # made at the first captured step
+        self.__dict__["_gather"] = None  # the datamodule's gather, when its train loader yields window positions
+        self.step_compiler = None  # a torch.compile for the captured step's function instead (the CPU's trace check)
 
     def threshold_rating(self, evaluation: dict[str, Any]) -> float:
         """The Acc/F1 threshold of `evaluation` settings as a rating on the training data's scale (its
@@ -165,6 +173,8 @@ class EmpathyModule(EmpathyLightningModule):
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
+        if stage == "fit" and self.step_graph:
+            self._choose_step_graph()
         datamodule = self.trainer.datamodule if self._trainer is not None else None
         if not isinstance(datamodule, FusionData):  # a module used outside a trainer, or a datamodule of one's own
             return
@@ -174,10 +184,24 @@ class EmpathyModule(EmpathyLightningModule):
             self.normalization = {m: (torch.as_tensor(mean), torch.as_tensor(std))
                                   for m, (mean, std) in datamodule.stats.items()}
 
+    def _choose_step_graph(self) -> None:
+        """Train with the captured step (manual optimization) unless the run's settings rule it out."""
+        reason = refusal(self._trainer, self.optimizer_cfg, self.scheduler_cfg, self.compile_settings is not None)
+        if reason is not None:
+            log.info("step graph off: %s; the training step runs as usual", reason)
+        self.automatic_optimization = reason is not None
+        datamodule = self.trainer.datamodule if reason is None else None
+        if isinstance(datamodule, GathersInStep):  # the gather of each batch becomes part of the captured step
+            self.__dict__["_gather"] = datamodule.gather_training_batches_in_step()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
         if self.normalization:
             checkpoint[STATS_KEY] = self.normalization
+        for state in checkpoint.get("optimizer_states", []):  # a captured step's rate is a device tensor
+            for group in state.get("param_groups", []):
+                if isinstance(group.get("lr"), torch.Tensor):
+                    group["lr"] = float(group["lr"])
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
@@ -209,12 +233,66 @@ class EmpathyModule(EmpathyLightningModule):
             self.dropout_generator = torch.Generator().manual_seed(torch.initial_seed() + self.global_rank)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
+        if not self.automatic_optimization:
+            self._captured_training_step(batch, batch_idx)
+            return None
         if self.modality_dropout and self.training:
             if self.dropout_generator is None:  # a step outside trainer.fit
                 self.on_train_start()
             batch = modality_dropout(batch, self.modalities, self.modality_dropout, self.dropout_generator)
         loss = self._step(batch, "train", batch_idx)
         return loss if loss.requires_grad else None  # None: nothing to train, Lightning skips the step
+
+    def _step_body(self, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """What the captured step computes before its gradients: the batch's gather when the loader gave its
+        window positions only, modality dropout (drawn on the batch's device from its generator, or from the
+        module's own stream on the CPU), the scores and the loss."""
+        if "window" in batch:
+            batch = self.__dict__["_gather"](batch["window"])
+        if self.modality_dropout:
+            device = batch["target"].device
+            generator = self.dropout_generator if device.type == "cpu" else None
+            batch = modality_dropout(batch, self.modalities, self.modality_dropout, generator, device=device)
+        pred = self.scores(batch)
+        return F.mse_loss(pred, batch["target"]), {"pred": pred, "target": batch["target"],
+                                                   "rating": batch["rating_index"]}
+
+    def _captured_training_step(self, batch: dict, batch_idx: int) -> None:
+        """One training step through `GraphedStep`, run by the optimizer's step as Lightning's manual optimization
+        expects (its step count and hooks); the optimizer's own update then finds no gradient to apply."""
+        if "window" not in batch:
+            self._check_batch(batch)
+        optimizer = self.optimizers()
+        step = self.__dict__["_graphed_step"]
+        if step is None:
+            if self.modality_dropout and self.dropout_generator is None:
+                self.on_train_start()
+            rate_on_device(optimizer.optimizer)
+            step = self.__dict__["_graphed_step"] = GraphedStep(
+                self._step_body, optimizer.optimizer, self.loss_sums(self.device), compiler=self.step_compiler)
+        out: dict[str, torch.Tensor] = {}
+
+        def closure() -> None:
+            out.update(step(batch))
+            self.count_training_loss(len(out["pred"]), batch_idx)
+        optimizer.step(closure=closure)
+        self.collect("train", **out)
+        if self.scheduler_cfg and self.scheduler_cfg.get("interval", "epoch") == "step":
+            self._step_scheduler()
+
+    def _step_scheduler(self) -> None:
+        """A scheduler step, every `frequency` intervals (Lightning steps schedulers itself only when it steps
+        the optimizer itself)."""
+        scheduler = self.lr_schedulers()
+        interval = self.scheduler_cfg.get("interval", "epoch")
+        done = self.trainer.current_epoch + 1 if interval == "epoch" else self.trainer.global_step
+        if scheduler is not None and done % int(self.scheduler_cfg.get("frequency", 1)) == 0:
+            scheduler.step()
+
+    def on_train_epoch_end(self) -> None:
+        super().on_train_epoch_end()
+        if not self.automatic_optimization and self.scheduler_cfg and self.scheduler_cfg.get("interval", "epoch") == "epoch":
+            self._step_scheduler()
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "val", batch_idx)

@@ -19,7 +19,7 @@ from empathic_fusion.core.registry import register_model
 from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, feedforward
 from empathic_fusion.models.components.fusion import tensor_fusion, tensor_fusion_size
 from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
-from empathic_fusion.models.components.pooling import masked_mean
+from empathic_fusion.models.components.pooling import masked_means
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,6 @@ class PooledSubNet(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.net = feedforward([input_dim, hidden, hidden, hidden])
         self.out_dim = hidden
-
-    @staticmethod
-    def pooled(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The window's mean over its valid frames as a one-frame window (B, 1, F), and whether it has one."""
-        return masked_mean(x, mask).unsqueeze(1), mask.any(dim=1, keepdim=True)
 
     def forward(self, normed: torch.Tensor) -> torch.Tensor:
         """Dropout and the three layers, after the norm (TFN normalises its pooled modalities together)."""
@@ -87,15 +82,12 @@ class TFN(nn.Module):
 
     def forward(self, batch: dict) -> torch.Tensor:
         pooled = [m for m in self.modalities if m != "text"]
-        normed = {}
-        if pooled:  # the pooled modalities' norms in one pass (one set of kernels for their statistics)
-            inputs = [PooledSubNet.pooled(batch[m]["x"], batch[m]["mask"]) for m in pooled]
-            together = masked_norms_concatenated([self.encoders[m].norm for m in pooled], [x for x, _ in inputs],
-                                                 [valid for _, valid in inputs]).squeeze(1)
-            column = 0
-            for m, (x, _) in zip(pooled, inputs):
-                normed[m] = together[:, column: column + x.shape[-1]]
-                column += x.shape[-1]
+        normed: dict[str, torch.Tensor] = {}
+        if pooled:  # each pooled modality's mean over its valid frames as a one-frame window, normed together
+            means, valid = masked_means([batch[m]["x"] for m in pooled], [batch[m]["mask"] for m in pooled])
+            together = masked_norms_concatenated([self.encoders[m].norm for m in pooled], [x.unsqueeze(1) for x in means],
+                                                 list(valid.unsqueeze(-1).unbind(1))).squeeze(1)
+            normed = dict(zip(pooled, together.split([x.shape[-1] for x in means], dim=-1)))
         parts = [self.encoders[m](normed[m]) if m in normed  # the subnets in modality order (their dropout draws)
                  else self.encoders[m](batch[m]["x"], batch[m]["mask"], batch[m]["lengths"]) for m in self.modalities]
         return self.post_fusion(tensor_fusion(parts))

@@ -7,7 +7,13 @@ from torch import nn
 
 def masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Zero the frames whose mask is False, so masked frames carry no information."""
-    return x * mask.unsqueeze(-1).to(x.dtype)
+    return torch.where(mask.unsqueeze(-1), x, 0.0)
+
+
+def masked_time_major(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`masked(x, mask)` as a (B, T, F) view of time-major memory: a batch-first LSTM runs time-major and
+    reads it without copying (the output follows the layout of the transposed mask)."""
+    return torch.where(mask.t().contiguous().unsqueeze(-1), x.transpose(0, 1), 0.0).transpose(0, 1)
 
 
 class MaskedLSTMEncoder(nn.Module):
@@ -22,6 +28,9 @@ class MaskedLSTMEncoder(nn.Module):
     host sync for the lengths on a GPU. Nothing in the forward depends on the values of the batch (no
     host sync, one `torch.compile` graph): a length beyond the window fails in the gather itself (an
     index error on the CPU, a device-side assert on a GPU).
+
+    Kernels a step does not need are left out: the masking writes the frames time-major (the layout the
+    LSTM runs in, so it copies nothing), and the zero initial state is made once per batch size.
     """
 
     def __init__(self, input_dim: int, hidden_size: int, num_layers: int = 1, dropout: float = 0.0):
@@ -29,17 +38,29 @@ class MaskedLSTMEncoder(nn.Module):
         self.lstm = nn.LSTM(input_dim, hidden_size, num_layers=num_layers, batch_first=True,
                             dropout=dropout if num_layers > 1 else 0.0)
         self.out_dim = hidden_size
+        self.__dict__["_zero_states"] = {}  # (batch, dtype, device) -> zeros; not state: the checkpoint is unchanged
+
+    def _zero_state(self, batch: int, like: torch.Tensor) -> torch.Tensor:
+        key = (batch, like.dtype, like.device)
+        states = self.__dict__["_zero_states"]
+        if key not in states:
+            states[key] = torch.zeros(self.lstm.num_layers, batch, self.lstm.hidden_size, dtype=like.dtype,
+                                      device=like.device)
+        return states[key]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, lengths: torch.Tensor) -> torch.Tensor:
         """mask None: x is already zero at its masked frames (saves a pass over a wide input)."""
-        frames_in = x if mask is None else masked(x, mask)
+        frames_in = x if mask is None else masked_time_major(x, mask)
         if frames_in.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
             # CPU bf16 autocast sends an unpacked LSTM to oneDNN, which fails on CPUs without bf16
             # instructions: the LSTM stays in float32 there (GPUs run it in bf16 through cuDNN).
             with torch.autocast("cpu", enabled=False):
-                output, _ = self.lstm(frames_in.float())
+                frames_in = frames_in.float()
+                state = self._zero_state(len(x), frames_in)
+                output, _ = self.lstm(frames_in, (state, state))
         else:
-            output, _ = self.lstm(frames_in)
+            state = self._zero_state(len(x), frames_in)
+            output, _ = self.lstm(frames_in, (state, state))
         last = (lengths.to(output.device).clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, output.shape[-1])
         return output.gather(1, last).squeeze(1)
 

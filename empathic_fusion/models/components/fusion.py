@@ -18,8 +18,8 @@ def tensor_fusion(parts: list[torch.Tensor]) -> torch.Tensor:
 
     Each outer product is a batched matrix product of (B, n, 1) by (B, 1, d + 1): its backward is
     two more products, where a broadcast multiply would reduce a (B, n, d + 1) temporary."""
-    fused = None
+    fused, ones = None, torch.ones_like(parts[0][:, :1])
     for part in parts:
-        part = torch.cat([torch.ones_like(part[:, :1]), part], dim=1)
+        part = torch.cat([ones, part], dim=1)
         fused = part if fused is None else torch.bmm(fused.unsqueeze(2), part.unsqueeze(1)).flatten(1)
     return fused

@@ -16,13 +16,43 @@ from empathic_fusion.config.model import FUSION_HEADS as HEADS  # the model sche
 from empathic_fusion.models.components.encoders import mlp
 
 
+class _CosineToFixed(torch.autograd.Function):
+    """cos(p, s) per row for a `p` that trains and an `s` that does not (the story's embedding): the forward
+    is F.cosine_similarity's arithmetic (each vector divided by its norm, clamped at `eps`, then the sum of
+    their product), the backward one expression, (s_unit - cos * p_unit) * grad / |p|, where autograd's
+    walk back through the norms and divisions launches five times as many kernels."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, s: torch.Tensor, eps: float) -> torch.Tensor:
+        p_norm = torch.linalg.vector_norm(p, dim=-1, keepdim=True).clamp_min(eps)
+        p_unit = p / p_norm
+        s_unit = s / torch.linalg.vector_norm(s, dim=-1, keepdim=True).clamp_min(eps)
+        cos = (p_unit * s_unit).sum(dim=-1)
+        ctx.save_for_backward(p_unit, s_unit, p_norm, cos)
+        return cos
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        p_unit, s_unit, p_norm, cos = ctx.saved_tensors
+        along = torch.addcmul(s_unit, p_unit, cos.unsqueeze(-1), value=-1.0)
+        return along * (grad.unsqueeze(-1) / p_norm), None, None
+
+
+def cosine_to_fixed(p: torch.Tensor, s: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """F.cosine_similarity(p, s, dim=-1, eps=eps) with a backward of three kernels when only `p` needs a
+    gradient; F.cosine_similarity itself otherwise (`s` trains too, or shapes that broadcast)."""
+    if s.requires_grad or p.shape != s.shape:
+        return F.cosine_similarity(p, s, dim=-1, eps=eps)
+    return _CosineToFixed.apply(p, s, eps)
+
+
 class SimilarityHead(nn.Module):
     def __init__(self, representation_dim: int, story_dim: int):
         super().__init__()
         self.project = nn.Linear(representation_dim, story_dim)
 
     def forward(self, z: torch.Tensor, story: torch.Tensor) -> torch.Tensor:
-        return F.cosine_similarity(self.project(z), story, dim=-1, eps=1e-6)
+        return cosine_to_fixed(self.project(z), story)
 
 
 class RegressionHead(nn.Module):

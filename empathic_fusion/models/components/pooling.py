@@ -10,6 +10,16 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     One batched matrix product (mask weights x frames) reads x once, instead of masking a copy
     of it and summing that."""
-    weight = mask.to(x.dtype)
-    count = weight.sum(dim=1, keepdim=True).clamp(min=1.0)
-    return torch.bmm(weight.unsqueeze(1), x).squeeze(1) / count
+    weight = mask / mask.sum(dim=1, keepdim=True, dtype=x.dtype).clamp(min=1.0)
+    return torch.bmm(weight.unsqueeze(1), x).squeeze(1)
+
+
+def masked_means(xs: list[torch.Tensor], masks: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """`masked_mean` of several modalities' windows (each (B, T, F_i) with mask (B, T), T shared), with the
+    counts and weights of all of them computed together: the means, and (B, k) whether each window of each
+    modality has a valid frame."""
+    stacked = torch.stack(masks)  # (k, B, T)
+    counts = stacked.sum(dim=2, keepdim=True, dtype=xs[0].dtype)
+    weights = stacked / counts.clamp(min=1.0)
+    means = [torch.bmm(weights[i].unsqueeze(1), x).squeeze(1) for i, x in enumerate(xs)]
+    return means, (counts.squeeze(2) > 0).t()
