@@ -36,7 +36,6 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

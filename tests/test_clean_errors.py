@@ -23,6 +23,7 @@ def _error_classes() -> list[tuple[type, type]]:
     from empathic_fusion.config import ConfigError
     from empathic_fusion.core.branches import UnknownBranchError
     from empathic_fusion.datamodules.frame_cache import FrameCacheSpaceError, FrameCacheWriteError
+    from empathic_fusion.datamodules.splits import TooFewParticipantsError
     from empathic_fusion.dataset import DatasetError
     from empathic_fusion.features.freshness import StaleFeaturesError
     from empathic_fusion.features.media import MediaError
@@ -38,7 +39,8 @@ def _error_classes() -> list[tuple[type, type]]:
             (FrameCacheSpaceError, OSError), (FrameCacheWriteError, OSError), (TableError, ValueError),
             (ClipError, ValueError), (OpenFaceFormatError, ValueError), (FeatureMismatchError, ValueError),
             (WrongKindError, ValueError), (IncompatibleResumeError, ValueError), (TextTableError, ValueError),
-            (MissingFileError, FileNotFoundError), (UnknownBranchError, ValueError)]
+            (MissingFileError, FileNotFoundError), (UnknownBranchError, ValueError),
+            (TooFewParticipantsError, ValueError)]
 
 
 def test_every_user_error_keeps_the_builtin_type_callers_catch():
@@ -113,6 +115,25 @@ def test_a_bad_dataset_stops_a_console_script_with_its_message_alone(bad_dataset
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-3000:]
     assert UNKNOWN_KEY in output and OFF_SCALE in output
+    assert "Traceback" not in output and "Error executing job" not in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folds", [0, 2])
+def test_a_dataset_too_small_to_split_stops_train_py_with_one_message(tmp_path, folds):
+    """Two participants cannot fill a train, a validation and a test split, nor the folds of data.cv_folds=2 (the
+    advice the old message gave): train.py says so before it extracts anything, with how many it needs."""
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from benchmarks.grid import write_synthetic
+
+    write_synthetic(tmp_path / "two", 0.002, 2, {"text": 384})  # two sessions, two participants
+    done = _run([str(PROJECT_ROOT / "train.py"), "data=empathic_stories", f"data.dataset_dir={tmp_path / 'two' / 'dataset'}",
+                 f"data.store_dir={tmp_path / 'two' / 'store'}", "modality=t", "logger=none", f"data.cv_folds={folds}"],
+                tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert "the dataset is too small to split: 2 participants with ratings (p0000, p0001)" in output, output[-3000:]
+    assert f"(it needs at least {4 if folds else 3})" in output and "add participants" in output
     assert "Traceback" not in output and "Error executing job" not in output
 
 

@@ -18,8 +18,11 @@ def test_transcript_past_the_media_end_warns_and_windows_stay_inside(dataset_cop
     extra = pd.DataFrame([{"start": 30.0, "end": 41.8, "speaker": "participant", "phase": "story_share",
                            "story_id": "", "text": "And that is how the long story ended, much later."}])
     pd.concat([transcript, extra]).to_csv(path, index=False)
-    extract_features(load_dataset(dataset_copy), FeatureStore(store_copy), ["text"], FEATURES_CFG, workers=1,
-                     progress=False)
+    report = extract_features(load_dataset(dataset_copy), FeatureStore(store_copy), ["text"], FEATURES_CFG, workers=1,
+                              progress=False)
+    media_end = FeatureStore(store_copy).entry(sid, "face")["n_frames"] / 15
+    assert f"session '{sid}': the transcript runs to 41.8 s but the session's media end at {media_end:.1f} s; " \
+           "utterances past the end are not used (training and prediction leave them out)" in report.warnings
     dm = _datamodule(dataset_copy, store_copy, ("video", "text"))
     n_frames = FeatureStore(store_copy).entry(sid, "face")["n_frames"]
     assert any(f"session '{sid}': the transcript runs to 41.8 s" in w for w in dm.warnings)
@@ -57,7 +60,11 @@ def test_participant_without_sessions_takes_no_place_in_the_split(dataset_copy, 
 
 
 def test_an_empty_split_stops_before_training_and_says_what_to_change(tiny_dataset, store_copy):
-    with pytest.raises(ValueError, match=r"the test split has no story_share windows.*data.split_fractions"):
+    from empathic_fusion.core.errors import UserError
+
+    with pytest.raises(UserError, match=r"the split settings leave a split empty: \d+ participants with ratings .*"
+                                        r"data.split_fractions=\[0.8, 0.2, 0.0\] leaves the test split without one\. "
+                                        r"data.split_fractions=\[0.6,0.2,0.2\] gives every split one of them"):
         _datamodule(tiny_dataset, store_copy, ("text",), split_fractions=(0.8, 0.2, 0.0))
 
 

@@ -25,6 +25,30 @@ def test_scripts_and_languages_are_detected():
     assert detect_language("Hi") is None and detect_language("") is None and detect_language("ok thanks") is None
 
 
+SHORT_SPANISH_AND_ITALIAN = ["Esa me llegó de verdad, me recordó a mi propia familia.", "No me gusta, a mi no me dice nada.",
+                             "Yo no he sentido nada con esa historia.", "Non mi ha detto niente, a me non piace."]
+SHORT_ENGLISH = ["yes", "me too", "no, not really", "a bit sad I guess", "Ok I guess so", "so so, not much",
+                 "I am so sorry for her", "It reminded me of home", "meh not bad", "he was so brave"]
+
+
+def test_short_spanish_and_italian_are_told_apart_from_english_and_short_english_is_never_flagged():
+    """Short replies share words across languages ("me", "a", "no", "he" are English too): they are weighed
+    among the Latin-script languages, and a text is another language only where English has next to no chance."""
+    assert [detect_language(t) for t in SHORT_SPANISH_AND_ITALIAN] == ["es", "es", "es", "it"]
+    assert all(detect_language(t) in ("en", None) for t in SHORT_ENGLISH), \
+        {t: detect_language(t) for t in SHORT_ENGLISH}
+    assert detect_language("ok ok ok ok") is None and detect_language("no no no no") is None  # no language in it
+    assert untrained_language_warning("f", SHORT_ENGLISH, ("en",), "m") is None
+
+
+def test_the_warning_names_the_first_sessions_of_the_texts_it_counts():
+    texts = SHORT_SPANISH_AND_ITALIAN + SHORT_ENGLISH[:2] + SHORT_SPANISH_AND_ITALIAN
+    sessions = ["s1", "s1", "s2", "s3", "e1", "e2", "s4", "s5", "s5", "s6"]
+    message = untrained_language_warning("transcripts, field 'text'", texts, ("en",), "m", sources=sessions)
+    assert "8 of 10 texts" in message and "(es 6, it 2; it knows en), in sessions s1, s2, s3 and 3 more;" in message
+    assert "e1" not in message and not any(t in message for t in SHORT_SPANISH_AND_ITALIAN)
+
+
 def test_the_warning_counts_untrained_languages_per_field_without_quoting_texts():
     texts = ENGLISH * 3 + GERMAN + CHINESE + ["Yeah."]
     message = untrained_language_warning("stories.csv, field 'text'", texts, ("en",), "all-MiniLM-L6-v2")

@@ -170,3 +170,53 @@ def test_frames_a_decoder_gives_out_of_order_are_put_back_or_left_out(tmp_path, 
     assert marks(iter_frames(video, 10.0, notes)) == [0, 1, 2, 3, 4, 5, 5] + list(range(7, 20))
     assert notes == [f"video frames out of timestamp order: 1 with a time at or before a frame already placed "
                      f"(after reordering up to {media.REORDER_FRAMES} frames); they are left out"]
+
+
+@real_face
+def test_a_resolution_change_keeps_the_participants_face_and_is_reported(tmp_path):
+    """Two recordings joined (MPEG-TS segments, as the concat demuxer joins encodes): 4 s at 640x360, then 4 s
+    at 320x180 of the same face. The face is followed in proportion to the frame, so every frame after the
+    change keeps the participant's face (in pixels the same face looked like a jump to someone else's), and
+    the change is reported with its time."""
+    import cv2
+
+    from empathic_fusion.features.face_mesh import FOUND, FaceMeshTracker
+
+    big = face_frames((640, 360))
+    video = tmp_path / "joined.ts"
+    parts = []
+    for k, size in enumerate(((640, 360), (320, 180))):
+        part = tmp_path / f"part{k}.ts"
+        frames = [(pts, cv2.resize(ping_pong(big, pts), size, interpolation=cv2.INTER_AREA))
+                  for pts in range(60 * k, 60 * (k + 1))]
+        write_video(part, frames, rate=15, options={"qp": "10", "preset": "ultrafast"}, container_format="mpegts")
+        parts.append(part.read_bytes())
+    video.write_bytes(b"".join(parts))
+    notes: list[str] = []
+    tracker = FaceMeshTracker()
+    outcomes, sizes = [], set()
+    for target, _, frame in iter_frames(video, 15.0, notes):
+        tracker.landmarks(frame, target / 15.0)
+        outcomes.append(tracker.outcome)
+        sizes.add(frame.shape[:2])
+    tracker.close()
+    assert sizes == {(360, 640), (180, 320)} and len(outcomes) >= 118
+    assert outcomes.count(FOUND) == len(outcomes), [i for i, o in enumerate(outcomes) if o != FOUND]
+    assert any(n.startswith("video resolution changes: 640x360 -> 320x180 at 4.0") for n in notes), notes
+
+
+@real_face
+def test_an_empty_or_cut_short_file_is_named_as_such(tmp_path):
+    """FFmpeg says "Invalid data found when processing input" for both; the message says what happened to the file
+    (an MP4 cut before its index was written, an empty copy) and what to do, for video and audio alike."""
+    from empathic_fusion.features.media import MediaError, load_audio
+
+    whole = (MEDIA / "single_face.mp4").read_bytes()
+    (tmp_path / "cut.mp4").write_bytes(whole[: len(whole) // 3])  # its 'moov' index is at the end
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    with pytest.raises(MediaError, match=r"cut\.mp4: the file is cut short or damaged: FFmpeg finds no readable header "
+                                         r"in its \d+ bytes .*has no index \(its 'moov' atom\)"):
+        probe_video(tmp_path / "cut.mp4")
+    for read in (probe_video, load_audio):
+        with pytest.raises(MediaError, match=r"empty\.mp4: the file is empty \(0 bytes\): .*copy it again"):
+            read(tmp_path / "empty.mp4")

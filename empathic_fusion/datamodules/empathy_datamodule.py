@@ -34,7 +34,8 @@ from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale
 from empathic_fusion.datamodules.frame_cache import frame_arrays_on_disk
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
-from empathic_fusion.datamodules.splits import load_or_create_split, participant_folds
+from empathic_fusion.datamodules.splits import (TooFewParticipantsError, check_participants, load_or_create_split,
+                                               participant_folds)
 from empathic_fusion.datamodules.window_dataset import FrameSource, WindowDataset
 from empathic_fusion.datamodules.window_gather import (FrameArrays, FrameLayout, IndexBatchSampler, WindowBatches,
                                                        WindowPositions)
@@ -132,6 +133,8 @@ class EmpathyDataModule(L.LightningDataModule):
                                ratings_required=not self.predict)
         for warning in dataset.warnings:
             warn_data(warning)
+        if not self.predict:  # a dataset too small for the splits stops here, before anything is extracted
+            check_participants(dataset.ratings.participant_id, self.split_fractions, self.cv_folds)
         report = extract_features(dataset, store, self.modalities, self.features, workers=self.extract_workers)
         log.info(report.summary())
         for warning in report.warnings:
@@ -201,9 +204,10 @@ class EmpathyDataModule(L.LightningDataModule):
             if not (windows.split == split).any():
                 how = (f"fold {self.cv_fold} of data.cv_folds={self.cv_folds}" if self.cv_folds
                        else f"data.split_fractions={list(self.split_fractions)}, data.split_seed={self.split_seed}")
-                raise ValueError(f"the {split} split has no {self.scenario} windows: {n_participants} participant(s) "
-                                 f"have windows and {how} gives none of them to {split}. Change data.split_fractions "
-                                 f"or data.split_seed (or data.cv_folds), or add participants with ratings")
+                raise TooFewParticipantsError(
+                    f"the {split} split has no {self.scenario} windows: {n_participants} participant(s) have windows "
+                    f"and {how} gives none of them to {split}. Change data.split_fractions or data.split_seed (or "
+                    "data.cv_folds), or add participants with ratings")
 
     def _valid_frames(self, sid: str, store: FeatureStore, n_frames: int, speaking: np.ndarray,
                       missing: set) -> np.ndarray:
@@ -305,6 +309,7 @@ class EmpathyDataModule(L.LightningDataModule):
         missing = self.missing
         # split the participants who have windows: one listed without sessions or ratings takes no place
         rated = sorted(set(dataset.ratings.participant_id.loc[windows.rating_index]))
+        check_participants(rated, self.split_fractions, self.cv_folds, f"participants with {self.scenario} windows")
         if self.cv_folds:
             train_f, val_f, _ = self.split_fractions
             assignment = participant_folds(rated, self.cv_folds, self.cv_fold,

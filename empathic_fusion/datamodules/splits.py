@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 from sklearn.model_selection import GroupKFold, GroupShuffleSplit, KFold, StratifiedGroupKFold
 
+from empathic_fusion.core.errors import UserError
 from empathic_fusion.core.files import atomic_write_text, canonical_hash
 
 log = logging.getLogger(__name__)
@@ -129,3 +130,68 @@ def _assignment(ids: np.ndarray, test: np.ndarray, val: np.ndarray) -> dict[str,
     names = np.full(len(ids), "train", dtype=object)
     names[test], names[val] = "test", "val"
     return dict(zip(ids.tolist(), names.tolist()))
+
+
+class TooFewParticipantsError(UserError, ValueError):
+    """The participants cannot fill a train, a validation and a test split with these settings."""
+
+
+def split_sizes(n: int, fractions: tuple[float, float, float]) -> tuple[int, int, int]:
+    """Participants in (train, val, test) that `split_participants` gives `n` participants."""
+    n_test = _held_count(fractions[2], n, n >= 3)
+    n_val = _held_count(fractions[1], n, n >= 3)
+    return n - n_test - n_val, n_val, n_test
+
+
+def fold_sizes(n: int, n_folds: int, val_fraction: float) -> list[tuple[int, int, int]]:
+    """(train, val, test) participants of each fold `participant_folds` makes of `n` participants."""
+    if n_folds > n:
+        return [(0, 0, 0)]
+    sizes = []
+    for test in (n // n_folds + (1 if k < n % n_folds else 0) for k in range(n_folds)):
+        rest = n - test
+        val = _held_count(val_fraction, rest, rest > 1)
+        sizes.append((rest - val, val, test))
+    return sizes
+
+
+def _sizes(n: int, fractions: tuple[float, float, float], cv_folds: int) -> list[tuple[int, int, int]]:
+    """(train, val, test) participants of the split, or of each fold with cv_folds > 1."""
+    if cv_folds > 1:
+        return fold_sizes(n, cv_folds, fractions[1] / (fractions[0] + fractions[1]))
+    return [split_sizes(n, fractions)]
+
+
+def _fills(n: int, fractions: tuple[float, float, float], cv_folds: int) -> bool:
+    return all(min(sizes) >= 1 for sizes in _sizes(n, fractions, cv_folds))
+
+
+def check_participants(participant_ids: Sequence[str], fractions: tuple[float, float, float], cv_folds: int,
+                       who: str = "participants with ratings") -> None:
+    """Stop, before anything is extracted or trained, when these participants cannot give every split (train,
+    val, test; of every fold with cv_folds > 1) at least one participant: how many there are, which split
+    stays empty, how many the settings need, and a setting that works with these participants where one does."""
+    ids = sorted(set(participant_ids))
+    n = len(ids)
+    if _fills(n, fractions, cv_folds):
+        return
+    named = ", ".join(ids[:5]) + (f" and {n - 5} more" if n > 5 else "")
+    folds = _sizes(n, fractions, cv_folds)
+    fold, sizes = next((k, s) for k, s in enumerate(folds) if min(s) < 1)
+    empty = SPLITS[sizes.index(min(sizes))] if n >= cv_folds else "test"
+    setting = f"data.cv_folds={cv_folds}" if cv_folds > 1 else f"data.split_fractions={list(fractions)}"
+    where = f" of fold {fold}" if cv_folds > 1 and n >= cv_folds else ""
+    needed = next((m for m in range(n + 1, 1000) if _fills(m, fractions, cv_folds)), None)
+    opening = "the dataset is too small to split" if needed is not None else "the split settings leave a split empty"
+    message = (f"{opening}: {n} {who} ({named}), and {setting} leaves the {empty} split{where} without one"
+               + (f" (it needs at least {needed})" if needed is not None else ""))
+    options = []
+    if cv_folds > 1:
+        fewer = [k for k in range(cv_folds - 1, 1, -1) if _fills(n, fractions, k)]
+        if fewer:
+            options.append(f"data.cv_folds={fewer[0]}")
+    if _fills(n, (0.6, 0.2, 0.2), 0):
+        options.append(("data.cv_folds=0 " if cv_folds > 1 else "") + "data.split_fractions=[0.6,0.2,0.2]")
+    advice = (f". {' or '.join(options)} gives every split one of them" if options
+              else ". A train, a validation and a test split need 3 participants at the least: add participants")
+    raise TooFewParticipantsError(message + advice)

@@ -230,6 +230,20 @@ def _length_warning(store: FeatureStore, sid: str) -> str | None:
             f"audio at the result")
 
 
+def _transcript_past_media_warning(store: FeatureStore, sid: str, transcript_end: float) -> str | None:
+    """A transcript that runs more than a second past the end of the session's media (a transcript of a longer
+    recording, or times in another unit): what training will do about it, said when the session is extracted."""
+    entries = [entry for entry in (_medium_entry(store, sid, medium) for medium in ("video", "audio")) if entry]
+    if not entries:
+        return None
+    fps = float(entries[0]["signature"]["config"]["fps"])
+    media_end = max(int(entry["n_frames"]) for entry in entries) / fps
+    if transcript_end <= media_end + 1.0:
+        return None
+    return (f"session '{sid}': the transcript runs to {transcript_end:.1f} s but the session's media end at "
+            f"{media_end:.1f} s; utterances past the end are not used (training and prediction leave them out)")
+
+
 def _medium_entry(store: FeatureStore, sid: str, medium: str) -> dict | None:
     """The manifest entry of the session's first recorded media branch that reads `medium` (video, audio)."""
     for branch in media_branches():
@@ -322,6 +336,10 @@ def extract_features(dataset: EmpathyDataset, store: FeatureStore, modalities: l
     media_sessions = dict.fromkeys(sid for sid, branch in report.extracted if branch in media_branches())
     for session_id in media_sessions:  # once per session, however many of its media branches were redone
         note = _length_warning(store, session_id)
+        if note:
+            report.warnings.append(note)
+    for session_id in dict.fromkeys(sid for sid, _ in report.extracted if sid in dataset.transcripts):
+        note = _transcript_past_media_warning(store, session_id, float(dataset.transcripts[session_id].end.max()))
         if note:
             report.warnings.append(note)
     report.failures_saved = store.write_failures(report.failures, shard) is not None
@@ -484,9 +502,10 @@ def _check_languages(dataset: EmpathyDataset, text_cfg: dict, utterances: bool) 
     warn_untrained_languages("stories.csv, field 'text'", dataset.stories.text.astype(str), languages, name)
     if utterances:
         speakers = list(text_cfg["speakers"])
-        texts = [t for transcript in dataset.transcripts.values()
-                 for t in transcript.text[transcript.speaker.isin(speakers)].astype(str)]
-        warn_untrained_languages(f"transcripts, field 'text' (speakers {speakers})", texts, languages, name)
+        spoken = [(sid, t) for sid, transcript in dataset.transcripts.items()
+                  for t in transcript.text[transcript.speaker.isin(speakers)].astype(str)]
+        warn_untrained_languages(f"transcripts, field 'text' (speakers {speakers})", [t for _, t in spoken],
+                                 languages, name, sources=[sid for sid, _ in spoken])
 
 
 def _up_to_date(store: FeatureStore, owner: str, branch: str, signature: dict, verify: bool,

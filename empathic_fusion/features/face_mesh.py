@@ -1,8 +1,8 @@
 """Per-frame face features from MediaPipe face mesh (478 3D landmarks with iris).
 
 Layout of one frame's vector (FACE_FEATURE_NAMES gives every name):
-  head pose (6):   pitch, yaw, roll in degrees (cv2.solvePnP on 6 landmarks of a generic face),
-                   translation x, y, z in metres of that generic face model
+  head pose (6):   pitch, yaw, roll in degrees (cv2.solvePnP on 6 landmarks of a generic face, the
+                   solution in front of the camera), translation x, y, z in metres of that generic face model
   gaze (4):        iris centre offset from each eye's centre, in eye widths (x, y; image-left eye first)
   expression (7):  geometric stand-ins for action units, in inter-ocular distances:
                    mouth_open (inner lips 13-14), mouth_width (61-291), lip_corner_raise (corners above
@@ -89,14 +89,25 @@ PARTICIPANT, OTHER, UNKNOWN = "participant", "other", "unknown"  # whose face a 
 
 
 def head_pose(points: np.ndarray, width: int, height: int) -> np.ndarray:
-    """Euler angles (degrees) and translation (m) of the generic face fitted to 6 landmarks."""
+    """Euler angles (degrees) and translation (m) of the generic face fitted to 6 landmarks, in front of the
+    camera. Six landmarks of a face seen nearly frontally leave PnP an ambiguity: the face, or its mirror
+    image behind the camera (translation z < 0, x and y negated, yaw off by 10-25 degrees). When the solver
+    returns the mirror, it starts again from a face in front: facing the camera at the distance its
+    eye corners' span gives, from which it converges to the face's own pose."""
     import cv2
 
     camera = np.array([[width, 0, width / 2], [0, width, height / 2], [0, 0, 1]], dtype=np.float64)
     image_points = points[POSE_LANDMARKS, :2].astype(np.float64)
     ok, rotation, translation = cv2.solvePnP(POSE_MODEL, image_points, camera, np.zeros(4),
                                              flags=cv2.SOLVEPNP_ITERATIVE)
-    if not ok:
+    if ok and translation[2, 0] <= 0:
+        span = float(np.linalg.norm(image_points[2] - image_points[3])) or 1.0  # outer eye corners, pixels
+        distance = width * float(np.linalg.norm(POSE_MODEL[2] - POSE_MODEL[3])) / span
+        facing = np.array([[np.pi], [0.0], [0.0]])  # the model's y up and z out of the face, turned to the camera
+        ok, rotation, translation = cv2.solvePnP(POSE_MODEL, image_points, camera, np.zeros(4), facing,
+                                                 np.array([[0.0], [0.0], [distance]]), True,
+                                                 flags=cv2.SOLVEPNP_ITERATIVE)
+    if not ok or translation[2, 0] <= 0:
         return np.zeros(6)
     matrix, _ = cv2.Rodrigues(rotation)
     angles = np.array(cv2.RQDecomp3x3(matrix)[0], dtype=np.float64)
@@ -262,10 +273,12 @@ class FaceMeshTracker:
     def _participant(self, faces: list[np.ndarray], width: int, height: int, time_s: float | None) -> np.ndarray | None:
         """The participant's face among the distinct faces found (module docstring), or None with
         self.outcome saying why; the tracks are brought up to this frame. Faces cut by the frame's border
-        are never the participant's and move or start no track (their landmarks are partly guessed)."""
-        found = [_Face(points) for points in faces]
+        are never the participant's and move or start no track (their landmarks are partly guessed).
+        Faces are followed in units of the frame's diagonal, so a video whose resolution changes keeps them."""
+        diagonal = float(np.hypot(width, height))
+        found = [_Face(points / diagonal) for points in faces]
         cut = [share_beyond_border(points, width, height) > EDGE_SHARE for points in faces]
-        middle, half_diagonal = np.array([width / 2, height / 2]), float(np.hypot(width, height)) / 2
+        middle, half_diagonal = np.array([width / 2, height / 2]) / diagonal, 0.5
         scores = [face.size * (1 - min(float(np.linalg.norm(face.centre - middle)) / half_diagonal, 1.0))
                   for face in found]
         self._tracks = tracks = [track for track in self._tracks if not track.expired(time_s)]

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from empathic_fusion.core.errors import UserError
+from empathic_fusion.features.hdr import transfer as hdr_transfer
 
 
 class MediaError(UserError, RuntimeError):
@@ -57,6 +58,26 @@ def _video_streams(container) -> list:
     return [s for s in container.streams.video if not s.disposition & stills]
 
 
+def unreadable(path: Path, error: Exception) -> str:
+    """Why FFmpeg cannot open a media file, in words: empty, cut short, or FFmpeg's own message."""
+    import av
+
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = None
+    if size == 0:
+        return "the file is empty (0 bytes): the recording or its copy did not finish; copy it again from its source"
+    if isinstance(error, av.error.InvalidDataError):
+        mp4 = path.suffix.lower() in (".mp4", ".m4v", ".m4a", ".mov", ".3gp")
+        return ("the file is cut short or damaged: FFmpeg finds no readable header in its "
+                f"{size} bytes (\"{error.strerror or error}\")"
+                + ("; an MP4 or MOV whose recording or copy stopped early has no index (its 'moov' atom), which "
+                   "FFmpeg needs: copy it again, or repair it with a tool that rebuilds the index from a good file "
+                   "of the same camera (e.g. untrunc)" if mp4 else "; copy it again from its source"))
+    return str(error)
+
+
 def _open_video(path: Path):
     """(PyAV container, its video stream: the first that is not a cover picture or thumbnails); MediaError
     naming the file when it has none."""
@@ -65,7 +86,7 @@ def _open_video(path: Path):
     try:
         container = av.open(str(path))
     except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-        raise MediaError(f"cannot open video {path}: {error}") from error
+        raise MediaError(f"cannot open video {path}: {unreadable(path, error)}") from error
     streams = _video_streams(container)
     if not streams:
         container.close()
@@ -172,8 +193,10 @@ def _decoded_frames(container, stream, problems: dict[str, int]):
 
 def _bgr(frame) -> np.ndarray:
     """A decoded frame as a BGR uint8 image, turned upright by the container's rotation (a phone's
-    portrait video), as OpenCV shows it."""
-    image = frame.to_ndarray(format="bgr24")
+    portrait video), as OpenCV shows it; an HDR frame (PQ, HLG) as an SDR recording would show it (hdr.py)."""
+    from empathic_fusion.features.hdr import sdr_bgr
+
+    image = sdr_bgr(frame) if hdr_transfer(frame) else frame.to_ndarray(format="bgr24")
     turns = int(round((frame.rotation or 0) / 90)) % 4  # counter-clockwise, as np.rot90
     return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
 
@@ -191,12 +214,18 @@ class _FramePlacer:
         self.gaps: list[tuple[float, float]] = []  # (from, to) seconds of frames shown longer than GAP_SECONDS
         self.out_of_order = 0
         self.first_target, self.first_time = 0, 0.0  # of the first frame placed, when after target 0
+        self.resolutions: list[tuple[float, tuple[int, int], tuple[int, int]]] = []  # (time, from, to) of each change
+        self.hdr: tuple[str, int] | None = None  # (transfer, bits) of the first HDR frame placed
 
     def place(self, time_s: float, frame) -> Iterator[tuple[int, int, np.ndarray]]:
         """Yield the targets the previous frame covers before time_s; then this frame is the previous one."""
         if time_s <= self.time:
             self.out_of_order += 1
             return
+        if self.frame is not None and (frame.width, frame.height) != (self.frame.width, self.frame.height):
+            self.resolutions.append((time_s, (self.frame.width, self.frame.height), (frame.width, frame.height)))
+        if self.hdr is None and hdr_transfer(frame):
+            self.hdr = (hdr_transfer(frame), frame.format.components[0].bits)
         if self.frame is not None:
             if time_s - self.time > GAP_SECONDS:
                 self.gaps.append((self.time, time_s))
@@ -231,8 +260,8 @@ def iter_frames(path: Path, target_fps: float,
     out of order are put back in order (up to REORDER_FRAMES apart); a frame whose time is at or before
     one already placed is left out; a frame without a timestamp is placed one frame duration after the
     frame before it (the codec's duration, else 1 / average rate: the only clock it has); a frame shown
-    longer than GAP_SECONDS is held across the gap; an undecodable packet is skipped. The last frame
-    lasts its own duration.
+    longer than GAP_SECONDS is held across the gap; an undecodable packet is skipped; a change of the
+    picture's size is reported with its time. The last frame lasts its own duration.
     """
     container, stream = _open_video(path)
     problems = {"undecodable": 0, "untimed": 0}
@@ -268,6 +297,24 @@ def iter_frames(path: Path, target_fps: float,
                 if placer.first_target:
                     notes.append(late_start_note("video", placer.first_time, placer.first_target, "picture"))
                 notes.extend(_decode_notes(problems, placer.gaps, placer.out_of_order, period))
+                if placer.resolutions:
+                    notes.append(_resolution_note(placer.resolutions))
+                if placer.hdr:
+                    notes.append(f"HDR video ({placer.hdr[0]}, {placer.hdr[1]}-bit): its frames are mapped to SDR "
+                                 "(BT.709, HDR reference white of 203 nits as SDR white, highlights rolled off) before "
+                                 "the face mesh and the frame CNN read them")
+
+
+RESOLUTIONS_LISTED = 3  # the first resolution changes a note names; the rest are counted
+
+
+def _resolution_note(changes: list[tuple[float, tuple[int, int], tuple[int, int]]]) -> str:
+    """`video resolution changes: 640x360 -> 320x180 at 10.00 s; ...`: a stream whose picture size changes (two
+    recordings joined, a phone's stream adapting its quality)."""
+    listed = ", ".join(f"{a[0]}x{a[1]} -> {b[0]}x{b[1]} at {time_s:.2f} s" for time_s, a, b in changes[:RESOLUTIONS_LISTED])
+    more = f" and {len(changes) - RESOLUTIONS_LISTED} more" if len(changes) > RESOLUTIONS_LISTED else ""
+    return (f"video resolution changes: {listed}{more}; faces are followed in proportion to the frame, and the "
+            "frames are used at the size they have")
 
 
 def _decode_notes(problems: dict[str, int], gaps: list[tuple[float, float]], out_of_order: int,
@@ -354,7 +401,7 @@ class AudioStream:
         try:
             container = av.open(str(path))
         except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-            raise MediaError(f"cannot open audio in {path}: {error}") from error
+            raise MediaError(f"cannot open audio in {path}: {unreadable(path, error)}") from error
         with container:
             if not container.streams.audio:
                 raise MediaError(f"{path} has no audio stream")
@@ -395,7 +442,7 @@ class AudioStream:
         try:
             container = av.open(str(self.path))
         except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-            raise MediaError(f"cannot open audio in {self.path}: {error}") from error
+            raise MediaError(f"cannot open audio in {self.path}: {unreadable(Path(self.path), error)}") from error
         with container:
             resampler, produced = None, False
             clipped = np.zeros(0, dtype=np.int64)

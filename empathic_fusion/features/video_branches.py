@@ -20,12 +20,15 @@ from empathic_fusion.utils.run_output import native_logs_filtered
 # average fps once 5 s off); up to face.max_faces faces found and the participant's followed by position.
 # 3: frames on the session clock (a video starting after its container's audio is masked until it starts);
 # the participant's face followed by position, size and shape, never switched; ambiguous and edge frames masked
-FACE_VERSION = "3"
+# 4: the head pose in front of the camera (the mirrored solution of six landmarks solved again); faces followed in
+# units of the frame's diagonal (a resolution change keeps the participant's face); HDR frames mapped to SDR
+FACE_VERSION = "4"
 OPENFACE_VERSION = "2"  # 2: rows placed after a video's lead on the session clock
 # 2: one OpenCV area resize per frame on the CPU (was torch antialiased bilinear). 3: frames placed as in face
 # version 2; frames without the participant's face (cnn.mask_without_face) or near-constant (cnn.min_frame_std) masked.
-# 4: frames on the session clock and the participant's face as in face version 3
-CNN_VERSION = "4"
+# 4: frames on the session clock and the participant's face as in face version 3. 5: the participant's face as in
+# face version 4, and HDR frames mapped to SDR
+CNN_VERSION = "5"
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence", "max_faces")  # features.face's mesh settings
 CNN_KEYS = ("model", "weights_path", "crop", "frame_stride", "batch_size", "device", "precision", "mask_without_face",
             "min_frame_std")  # features.cnn's settings the video pass reads
