@@ -6,19 +6,18 @@ import torch.nn.functional as F
 
 
 def masked_self_attention(x: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
-    """softmax(x x^T / temperature) x over the valid frames of x (B, T, D).
+    """softmax(x x^T / temperature) x over the valid frames of x (B, T, D), for every frame.
 
-    Masked frames are removed as keys, so they cannot influence any output. A window whose frames
-    are all masked gets zeros instead of the NaN a softmax over only -inf scores would give.
+    Masked frames are removed as keys, so they cannot influence any output. The outputs at masked frames
+    are not meant to be used: pool with `masked_mean`, which leaves them out. A window whose frames are
+    all masked attends over all of them, a finite result (never the NaN of a softmax over only -inf
+    scores), which such pooling leaves out too.
 
     One fused attention kernel forward and one backward (torch's scaled_dot_product_attention with an
-    additive mask), where the softmax written out takes about ten each: a window without a valid frame
-    attends to all of its frames (a finite result, then zeroed), so no row of scores is all -inf.
+    additive mask), where the softmax written out takes about ten each.
     """
-    has_key = mask.any(dim=1, keepdim=True)
-    keys = mask >= has_key  # a valid frame, or any frame of a window without one
+    keys = mask >= mask.any(dim=1, keepdim=True)  # a valid frame, or any frame of a window without one
     scores_bias = torch.where(keys, 0.0, float("-inf")).to(x.dtype)
     q = x.unsqueeze(1)  # one head
-    attended = F.scaled_dot_product_attention(q, q, q, attn_mask=scores_bias[:, None, None, :],
-                                              scale=1.0 / temperature).squeeze(1)
-    return torch.where(has_key.unsqueeze(-1), attended, 0.0)
+    return F.scaled_dot_product_attention(q, q, q, attn_mask=scores_bias[:, None, None, :],
+                                          scale=1.0 / temperature).squeeze(1)
