@@ -28,7 +28,10 @@ TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
            ("step_overhead", "The step overhead", "step_overhead.md"),
            ("grid", "The grid", "grid.md"),
            ("step_profile", "A training step profiled", "step_profile.md"))
-_NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+")
+# warnings, progress notes, and the banner lines Lightning and the profiler print for every run
+_NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+"
+                    r"|^(GPU|TPU) available:|^LOCAL_RANK:|^Seed set to|^You are using a CUDA device|^You defined a"
+                    r"|^USDT:|Tip: |^/\S+\.py:\d+: ")
 
 
 def _log_lines(path: Path) -> list[str]:

@@ -78,19 +78,38 @@ def profile_run(name: str, graphed: bool, args: argparse.Namespace, device: torc
     return summarise(callback, args.steps, device)
 
 
+def device_work(events: list) -> list:
+    """The device's own work among a trace's events: kernels, copies and fills, without the profiler ranges
+    (`record_function`, e.g. `Optimizer.step#AdamW.step`) that a trace also places on the device's timeline."""
+    return [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False)]
+
+
+def busy_us(work: list) -> float:
+    """Microseconds the device ran anything: the union of the work's intervals (kernels on several streams
+    overlap, so their summed times may exceed the wall time)."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted((e.time_range.start, e.time_range.end) for e in work):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
 def summarise(callback: Profiled, steps: int, device: torch.device) -> dict[str, Any]:
     """Per step: device kernels and their time, host time in ATen ops, wall time, the device's idle share."""
     events = callback.profiler.events()
-    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-    device_us = sum(e.device_time for e in kernels) if kernels else 0.0
+    kernels = device_work(events)
+    device_us = sum(e.device_time for e in kernels)
     host_ops = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::")]
     top = collections.Counter()
     for e in kernels:
         top[e.name[:60]] += e.device_time
     wall_ms = callback.wall * 1e3 / steps
+    busy_ms = busy_us(kernels) / 1e3 / steps
     return {"kernels": len(kernels) / steps, "device_ms": device_us / 1e3 / steps,
             "host_ops": len(host_ops) / steps, "wall_ms": wall_ms,
-            "idle": 1 - (device_us / 1e3 / steps) / wall_ms if kernels and wall_ms else None,
+            "idle": max(0.0, 1 - busy_ms / wall_ms) if kernels and wall_ms else None,
             "top": [(n, t / 1e3 / steps) for n, t in top.most_common(5)], "device": str(device)}
 
 
@@ -117,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     where = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     lines = [f"{where}, batch {args.batch_size} x {args.frames} frames, dims {DIMS}, {args.precision}; {args.steps} "
              f"steps profiled after {args.warmup} through the Lightning Trainer, per step. idle: the share of a "
-             "step's wall time the device ran no kernel (launch gaps, host work).", "",
+             "step's wall time the device ran no kernel (launch gaps, host work), from the union of the kernels' intervals; "
+             "device ms: the kernels' summed times; profiler ranges are no kernels and are left out.", "",
              "| model | step | wall ms | device kernels | device ms | idle | host ATen ops | most device time (ms) |",
              "|---|---|---|---|---|---|---|---|"]
     results = {}

@@ -23,7 +23,13 @@ def _logs(root: Path) -> Path:
         "GPU X, batch 64\n\n| precision | model | ours ms/step |\n|---|---|---|\n"
         "/site-packages/torch/nn/modules/rnn.py:1169: UserWarning: RNN module weights are not contiguous\n"
         "  result = _VF.lstm(\n| 32 | tfn | 7.31 |\nresults written to docs/results/gpu/models_vs_mmsa.md\n")
-    (logs / "step_overhead.log").write_text("round 1/1 (after) done\n\n| model | net ms |\n|---|---|\n| tfn | 8.54 |\n")
+    (logs / "step_overhead.log").write_text(
+        "round 1/1 (after) done\nGPU available: True (cuda), used: True\nTPU available: False, using: 0 TPU cores\n"
+        "\U0001f4a1 Tip: For seamless cloud logging, try installing litlogger\nSeed set to 0\n"
+        "You are using a CUDA device ('GPU X') that has Tensor Cores.\nLOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]\n"
+        "USDT:2026-11-28 00:01:10 18916:18916 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+        "/venv/lib/python3.12/site-packages/lightning/pytorch/utilities/_pytree.py:21: `isinstance(treespec, "
+        "LeafSpec)` is deprecated\n\n| model | net ms |\n|---|---|\n| tfn | 8.54 |\n")
     (logs / "grid.log").write_text("Synthetic store: 0.44 GB on disk\n")
     return logs
 
@@ -43,6 +49,8 @@ def test_the_report_keeps_the_timing_tables_and_a_part_cut_by_the_call(tmp_path)
     assert "Warning" not in mmsa and "_VF.lstm" not in mmsa and "results written" not in mmsa
     steps = report.split("## The step overhead")[1].split("## ")[0]
     assert "its results file (step_overhead.md) is not this check's" in steps and "| tfn | 8.54 |" in steps
+    assert not any(banner in steps for banner in ("available:", "Tip:", "Seed set", "Tensor Cores", "LOCAL_RANK",
+                                                  "USDT", "_pytree"))  # Lightning's and the profiler's banners
     assert "round 1/1" not in steps
     assert "## The grid" not in report  # no outcome, so no tables to read: the row says what happened
 
