@@ -28,7 +28,9 @@ SUMMARY=$LOGS/summary.md
 : > "$SUMMARY"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-if [ -d .gpu_pack ]; then
+# restored there only: a restore here (a CPU try) would leave its unpacked folders in the pack, which then
+# outgrows what one call may carry
+if [ -d .gpu_pack ] && [ "$DEVICE" = cuda ]; then
   PACK_ENV=$($PY benchmarks/gpu_pack.py --restore) || { echo "restoring .gpu_pack failed"; exit 1; }
   eval "$PACK_ENV"
   [ -f .gpu_pack/commit ] && export EMPATHIC_FUSION_COMMIT=$(cat .gpu_pack/commit)
