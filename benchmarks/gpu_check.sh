@@ -40,6 +40,7 @@ if [ "$DEVICE" = cuda ]; then
   # the timings: 32-true with TF32 and bf16-mixed, eager and graphed (model.compile=true: GPU_CHECK_PARTS=compiled)
   STEPS="--rounds 1 --steps 20 --warmup 5 --sizes paper --graphed"
   MMSA="--steps 20 --warmup 5 --precisions 32-tf32,bf16-mixed --modes eager,graphed"; STORE="0.01, 20"
+  FULL_STORE="1.0, 200"; ONE_EPOCH=trainer.max_epochs=1   # the whole corpus's frames and windows, 200 sessions
   PROFILE="--steps 10 --warmup 8"
   # 3 inner folds, not the recipe's 5: its 4 fine-tunings per fold fit the time the timings leave
   # (GPU_CHECK_TEXT=model.net.experts.2.inner_folds=5 with a larger GPU_CHECK_BUDGET runs the recipe as shipped)
@@ -49,18 +50,18 @@ else
   STEPS="--rounds 1 --steps 2 --warmup 1 --sizes tiny --graphed --allow-busy"
   MMSA="--steps 1 --warmup 0 --batch-size 4 --frames 8 --modes eager,graphed --allow-busy"
   PROFILE="--steps 2 --warmup 1 --batch-size 4 --frames 8 --models tfn --allow-busy"
-  RESULTS=$WORK/results; STORE="0.002, 10"; SWEEP="data.cv_fold=0,1 hydra.launcher.n_jobs=2 data.max_rows=200 trainer.max_epochs=2 model.net.experts.2.inner_folds=2 model.net.experts.2.epochs=1 model.net.experts.2.trainable_layers=1"
+  RESULTS=$WORK/results; STORE="0.002, 10"; FULL_STORE="0.002, 4"; ONE_EPOCH=""; SWEEP="data.cv_fold=0,1 hydra.launcher.n_jobs=2 data.max_rows=200 trainer.max_epochs=2 model.net.experts.2.inner_folds=2 model.net.experts.2.epochs=1 model.net.experts.2.trainable_layers=1"
 fi
 
 mkdir -p "$RESULTS"
 BUDGET=${GPU_CHECK_BUDGET:-540}   # seconds for the whole check: a device call may run 600
 REPORT_SECONDS=20                 # kept back for the report and the copy to $OUT
 
-# GPU_CHECK_PARTS picks parts (default all but compiled): tests train text mmsa steps grid profile compiled; GPU_CHECK_TEXT adds overrides to
+# GPU_CHECK_PARTS picks parts (default all but compiled): tests train text full mmsa steps grid profile compiled; GPU_CHECK_TEXT adds overrides to
 # the text sweep (the report shows the command) and GPU_CHECK_TEXT_LIMIT sets its time limit (default 320 s, cut to
 # the budget left: on one H100 beside the GPU tests, 3 folds at once each fine-tuned an inner fold in about 33 s);
 # GPU_CHECK_RESULTS writes the results elsewhere (a partial rerun beside a full one)
-PARTS=" ${GPU_CHECK_PARTS:-tests train text mmsa steps grid profile} "
+PARTS=" ${GPU_CHECK_PARTS:-tests train text full mmsa steps grid profile} "
 SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
 wanted() { [[ "$PARTS" == *" $1 "* ]]; }
 
@@ -134,6 +135,24 @@ echo "train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER hydra/l
 wanted text && part text_finetune_sweep ${GPU_CHECK_TEXT_LIMIT:-320} $PY train.py -m experiment=text_empathetic_exchanges_finetune $TRAINER \
   data.path=$TABLE hydra/launcher=shared_device $SWEEP model.robustness.n_texts=0 logger=csv \
   hydra.sweep.dir=$SWEEP_DIR &
+# a store of the whole corpus's size (synthetic, in the store's format) written there, then one short epoch of
+# train.py: its log says whether the frame arrays were placed in the GPU's memory
+full_corpus() {
+  $PY - <<EOF || return 1
+import sys, time, pathlib
+sys.path.insert(0, ".")
+from benchmarks.grid import disk_gb, write_synthetic
+began, work = time.perf_counter(), pathlib.Path("$WORK/full")
+write_synthetic(work, $FULL_STORE, {"face": 1451, "audio": 65, "text": 384})
+print(f"synthetic store ($FULL_STORE: fraction of EmpathicStories++, sessions): {disk_gb(work / 'store' / 'sessions'):.2f} GB "
+      f"on disk, written in {time.perf_counter() - began:.0f} s")
+EOF
+  $PY train.py $TRAINER data=empathic_stories data.dataset_dir=$WORK/full/dataset data.store_dir=$WORK/full/store \
+    logger=csv evaluation=lean $ONE_EPOCH trainer.limit_train_batches=20 trainer.limit_val_batches=2 \
+    trainer.limit_test_batches=5 hydra.run.dir=$LOGS/train_full_corpus
+}
+export -f full_corpus; export PY WORK TRAINER FULL_STORE ONE_EPOCH LOGS
+wanted full && part train_full_corpus 240 bash -c full_corpus &
 if wanted train; then
   part train_lf_lstm 100 $PY train.py $TRAINER $DATA hydra.run.dir=$LOGS/train_lf_lstm
   part train_tfn_v+t 70 $PY train.py $TRAINER $DATA model=tfn modality=v+t hydra.run.dir=$LOGS/train_tfn

@@ -22,7 +22,8 @@ NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py
            "instead; the demo's own numbers are the CPU's ([../demo.md](../demo.md)).")
 
 
-PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "train_tfn_step_graph", "models_vs_mmsa",
+PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "train_tfn_step_graph", "train_full_corpus",
+         "models_vs_mmsa",
          "step_overhead", "grid", "step_profile")
 TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
            ("step_overhead", "The step overhead", "step_overhead.md"),
@@ -58,6 +59,17 @@ def train_section(logs: Path, name: str, title: str) -> list[str]:
             *([f"`{graphed.group(0)}`", ""] if graphed else []),
             "\n".join(_table_lines(table)[:6]) if table.is_file() else "(no test table)", "",
             *([sanity, ""] if sanity else [])]  # the report's sentence when the model does not beat the mean
+
+
+def full_corpus_section(logs: Path) -> list[str]:
+    """Where a store of the whole corpus's size put its frame arrays (the run is one short epoch: its metrics
+    say nothing and are left out)."""
+    text = (logs / "train_full_corpus.log").read_text(errors="replace") if (logs / "train_full_corpus.log").is_file() else ""
+    store = re.search(r"synthetic store [^\n]*", text)
+    placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
+    return ["## A store of the whole corpus's size (synthetic, EmpathicStories++'s frames and windows)", "",
+            f"`{store.group(0)}`" if store else "(no store line in the log)", "",
+            f"`{placed.group(0)}`" if placed else "(no frame-array line in the log: the run stopped before its setup)", ""]
 
 
 def _table_lines(path: Path) -> list[str]:
@@ -152,6 +164,8 @@ def main(argv: list[str]) -> int:
     if "train_tfn_step_graph" in ran:
         lines += train_section(logs, "train_tfn_step_graph",
                                "train.py trainer=gpu model=tfn model.step_graph=true (the whole step one CUDA graph)")
+    if "train_full_corpus" in ran:
+        lines += full_corpus_section(logs)
     if "text_finetune_sweep" in ran:
         beside = [name for part, name in (("pytest_gpu", "the GPU tests"), ("train_lf_lstm", "train.py")) if part in ran]
         lines += text_section(logs / "text_finetune_sweep", beside)

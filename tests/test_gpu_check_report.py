@@ -68,3 +68,29 @@ def test_the_report_says_whether_a_run_captured_its_step(tmp_path):
     section = out.read_text().split("model.step_graph=true")[1].split("## ")[0]
     assert "`step graph: the training step for batches of 64 windows is captured as one CUDA graph" in section
     assert "in bfloat16): in memory on cuda:0" in section and "(no test table)" in section
+
+
+def test_the_report_says_where_a_whole_corpus_store_put_its_frames(tmp_path):
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| train_full_corpus | passed | 201 s |\n")
+    (logs / "train_full_corpus.log").write_text(
+        "synthetic store (1.0, 200: fraction of EmpathicStories++, sessions): 10.79 GB on disk, written in 97 s\n"
+        "GPU available: True (cuda), used: True\n"
+        "frame arrays (8.10 GB in bfloat16): in memory on cuda:0 (they fit 50% of the 79.1 GB free on cuda:0 at setup)\n")
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    section = out.read_text().split("## A store of the whole corpus's size")[1].split("## ")[0]
+    assert "`synthetic store (1.0, 200: fraction of EmpathicStories++, sessions): 10.79 GB on disk" in section
+    assert "`frame arrays (8.10 GB in bfloat16): in memory on cuda:0" in section
+    assert "| " not in section  # a short epoch's metrics say nothing: no table
+
+
+def test_a_whole_corpus_run_cut_before_its_setup_says_so(tmp_path):
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| train_full_corpus | stopped at its 240 s limit | 240 s |\n")
+    (logs / "train_full_corpus.log").write_text("")
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    assert "(no frame-array line in the log: the run stopped before its setup)" in out.read_text()
