@@ -140,7 +140,7 @@ def features_config(branch_dims: dict[str, int]) -> dict:
 
 
 def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str, batch_size: int,
-               memory_gb: float, frames: str = "auto", trainer: L.Trainer | None = None) -> EmpathyDataModule:
+               memory_gb: float | None, frames: str = "auto", trainer: L.Trainer | None = None) -> EmpathyDataModule:
     """The training datamodule on (dataset folder, store folder), reading `branch_dims`' branches, its frame
     arrays where `frames` says (for `trainer`'s device when given, as in train.py)."""
     features = features_config(branch_dims)
@@ -485,7 +485,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--loader-batches", type=int, default=30, help="timed batches of the batched loader")
     parser.add_argument("--reference-batches", type=int, default=8, help="timed batches of the reference loader")
-    parser.add_argument("--device-memory-gb", type=float, default=8.0)
+    parser.add_argument("--device-memory-gb", type=float, default=None,
+                        help="data.device_memory_gb (default: as train.py, half of the GPU's free memory at setup)")
     parser.add_argument("--precision", default=None, help="Lightning precision (default: 32-true, as trainer=gpu and trainer=cpu)")
     parser.add_argument("--compile", action="store_true", help="train with model.compile=true (torch.compile)")
     parser.add_argument("--subsets", type=int, default=5)
