@@ -23,8 +23,7 @@ NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py
 
 
 PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "train_tfn_step_graph", "train_full_corpus",
-         "models_vs_mmsa",
-         "step_overhead", "grid", "step_profile")
+         "models_vs_mmsa", "step_overhead", "grid", "step_profile")
 TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
            ("step_overhead", "The step overhead", "step_overhead.md"),
            ("grid", "The grid", "grid.md"),
@@ -46,10 +45,18 @@ def _tail(path: Path, lines: int) -> str:
     return "\n".join(_log_lines(path)[-lines:]) if path.is_file() else "(no log)"
 
 
-def train_section(logs: Path, name: str, title: str) -> list[str]:
+_FRAME_ARRAYS = re.compile(r"frame arrays \([^)]*\): [^\n]*")  # where a run's log says its frames went
+
+
+def _log_text(logs: Path, name: str) -> str:
+    """A part's whole log ("" when there is none)."""
     log = logs / f"{name}.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
+    return log.read_text(errors="replace") if log.is_file() else ""
+
+
+def train_section(logs: Path, name: str, title: str) -> list[str]:
+    text = _log_text(logs, name)
+    placed = _FRAME_ARRAYS.search(text)
     graphed = re.search(r"step graph[^\n]*", text)  # with model.step_graph=true: captured, or why not
     run = logs / name.replace("_v+t", "")
     table = run / "test_metrics.md"
@@ -64,9 +71,9 @@ def train_section(logs: Path, name: str, title: str) -> list[str]:
 def full_corpus_section(logs: Path) -> list[str]:
     """Where a store of the whole corpus's size put its frame arrays (the run is one short epoch: its metrics
     say nothing and are left out)."""
-    text = (logs / "train_full_corpus.log").read_text(errors="replace") if (logs / "train_full_corpus.log").is_file() else ""
+    text = _log_text(logs, "train_full_corpus")
     store = re.search(r"synthetic store [^\n]*", text)
-    placed = re.search(r"frame arrays \([^)]*\): [^\n]*", text)
+    placed = _FRAME_ARRAYS.search(text)
     return ["## A store of the whole corpus's size (synthetic, EmpathicStories++'s frames and windows)", "",
             f"`{store.group(0)}`" if store else "(no store line in the log)", "",
             f"`{placed.group(0)}`" if placed else "(no frame-array line in the log: the run stopped before its setup)", ""]

@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             cells = [f"{row[f'ours {m}_ms']:.2f}" for m in modes]
             graphed = [speed(row["ours graphed_ms"])] if "graphed" in modes else []
             lines.append(f"| {precision} | {name} | " + " | ".join(cells) + f" | {f'{mmsa_ms:.2f}' if mmsa_ms else '-'} | "
-                         + " | ".join([speed(row["ours eager_ms"]) if "eager" in modes else "-", *graphed])
+                         + " | ".join([speed(row["ours eager_ms"]), *graphed])
                          + f" | {row['ours_kernels']} | {row.get('mmsa_kernels', '-')} | {parts_text(counts['ours'])} | "
                          f"{parts_text(counts['mmsa']) if 'mmsa' in counts else '-'} | {load()} |")
             print(lines[-1], flush=True)

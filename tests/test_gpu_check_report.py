@@ -55,42 +55,40 @@ def test_the_report_keeps_the_timing_tables_and_a_part_cut_by_the_call(tmp_path)
     assert "## The grid" not in report  # no outcome, so no tables to read: the row says what happened
 
 
-def test_the_report_says_whether_a_run_captured_its_step(tmp_path):
-    logs = _logs(tmp_path)
+def _report_of_one_part(root: Path, part: str, outcome: str, log: str) -> str:
+    """The report of the logs with one more part: its summary row (outcome and seconds) and its log."""
+    logs = _logs(root)
     with (logs / "summary.md").open("a") as summary:
-        summary.write("| train_tfn_step_graph | passed | 41 s |\n")
-    (logs / "train_tfn_step_graph.log").write_text(
+        summary.write(f"| {part} | {outcome} |\n")
+    (logs / f"{part}.log").write_text(log)
+    out = root / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    return out.read_text()
+
+
+def test_the_report_says_whether_a_run_captured_its_step(tmp_path):
+    report = _report_of_one_part(
+        tmp_path, "train_tfn_step_graph", "passed | 41 s",
         "frame arrays (0.17 GB in bfloat16): in memory on cuda:0 (they fit 50% of the 79.1 GB free on cuda:0 at setup)\n"
         "step graph: the training step for batches of 64 windows is captured as one CUDA graph after 3 warm-up steps "
         "(a batch of another size runs eagerly)\n")
-    out = tmp_path / "results" / "gpu_check.md"
-    assert gpu_check_report.main([str(logs), str(out)]) == 0
-    section = out.read_text().split("model.step_graph=true")[1].split("## ")[0]
+    section = report.split("model.step_graph=true")[1].split("## ")[0]
     assert "`step graph: the training step for batches of 64 windows is captured as one CUDA graph" in section
     assert "in bfloat16): in memory on cuda:0" in section and "(no test table)" in section
 
 
 def test_the_report_says_where_a_whole_corpus_store_put_its_frames(tmp_path):
-    logs = _logs(tmp_path)
-    with (logs / "summary.md").open("a") as summary:
-        summary.write("| train_full_corpus | passed | 201 s |\n")
-    (logs / "train_full_corpus.log").write_text(
+    report = _report_of_one_part(
+        tmp_path, "train_full_corpus", "passed | 201 s",
         "synthetic store (1.0, 200: fraction of EmpathicStories++, sessions): 10.79 GB on disk, written in 97 s\n"
         "GPU available: True (cuda), used: True\n"
         "frame arrays (8.10 GB in bfloat16): in memory on cuda:0 (they fit 50% of the 79.1 GB free on cuda:0 at setup)\n")
-    out = tmp_path / "results" / "gpu_check.md"
-    assert gpu_check_report.main([str(logs), str(out)]) == 0
-    section = out.read_text().split("## A store of the whole corpus's size")[1].split("## ")[0]
+    section = report.split("## A store of the whole corpus's size")[1].split("## ")[0]
     assert "`synthetic store (1.0, 200: fraction of EmpathicStories++, sessions): 10.79 GB on disk" in section
     assert "`frame arrays (8.10 GB in bfloat16): in memory on cuda:0" in section
     assert "| " not in section  # a short epoch's metrics say nothing: no table
 
 
 def test_a_whole_corpus_run_cut_before_its_setup_says_so(tmp_path):
-    logs = _logs(tmp_path)
-    with (logs / "summary.md").open("a") as summary:
-        summary.write("| train_full_corpus | stopped at its 240 s limit | 240 s |\n")
-    (logs / "train_full_corpus.log").write_text("")
-    out = tmp_path / "results" / "gpu_check.md"
-    assert gpu_check_report.main([str(logs), str(out)]) == 0
-    assert "(no frame-array line in the log: the run stopped before its setup)" in out.read_text()
+    report = _report_of_one_part(tmp_path, "train_full_corpus", "stopped at its 240 s limit | 240 s", "")
+    assert "(no frame-array line in the log: the run stopped before its setup)" in report

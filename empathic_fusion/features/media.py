@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from empathic_fusion.core.errors import UserError
-from empathic_fusion.features.hdr import transfer as hdr_transfer
+from empathic_fusion.features.hdr import sdr_bgr, transfer as hdr_transfer
 
 
 class MediaError(UserError, RuntimeError):
@@ -78,15 +78,20 @@ def unreadable(path: Path, error: Exception) -> str:
     return str(error)
 
 
-def _open_video(path: Path):
-    """(PyAV container, its video stream: the first that is not a cover picture or thumbnails); MediaError
-    naming the file when it has none."""
+def open_container(path: Path, what: str):
+    """The file opened with PyAV; MediaError `cannot open <what> <path>: <why>` (`unreadable`) when FFmpeg cannot."""
     import av
 
     try:
-        container = av.open(str(path))
+        return av.open(str(path))
     except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-        raise MediaError(f"cannot open video {path}: {unreadable(path, error)}") from error
+        raise MediaError(f"cannot open {what} {path}: {unreadable(path, error)}") from error
+
+
+def _open_video(path: Path):
+    """(PyAV container, its video stream: the first that is not a cover picture or thumbnails); MediaError
+    naming the file when it has none."""
+    container = open_container(path, "video")
     streams = _video_streams(container)
     if not streams:
         container.close()
@@ -194,8 +199,6 @@ def _decoded_frames(container, stream, problems: dict[str, int]):
 def _bgr(frame) -> np.ndarray:
     """A decoded frame as a BGR uint8 image, turned upright by the container's rotation (a phone's
     portrait video), as OpenCV shows it; an HDR frame (PQ, HLG) as an SDR recording would show it (hdr.py)."""
-    from empathic_fusion.features.hdr import sdr_bgr
-
     image = sdr_bgr(frame) if hdr_transfer(frame) else frame.to_ndarray(format="bgr24")
     turns = int(round((frame.rotation or 0) / 90)) % 4  # counter-clockwise, as np.rot90
     return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
@@ -224,8 +227,8 @@ class _FramePlacer:
             return
         if self.frame is not None and (frame.width, frame.height) != (self.frame.width, self.frame.height):
             self.resolutions.append((time_s, (self.frame.width, self.frame.height), (frame.width, frame.height)))
-        if self.hdr is None and hdr_transfer(frame):
-            self.hdr = (hdr_transfer(frame), frame.format.components[0].bits)
+        if self.hdr is None and (kind := hdr_transfer(frame)):
+            self.hdr = (kind, frame.format.components[0].bits)
         if self.frame is not None:
             if time_s - self.time > GAP_SECONDS:
                 self.gaps.append((self.time, time_s))
@@ -395,14 +398,8 @@ class AudioStream:
     """
 
     def __init__(self, path: Path, sample_rate: int = 16000, fps: float | None = None):
-        import av
-
         self.path, self.sample_rate = Path(path), sample_rate
-        try:
-            container = av.open(str(path))
-        except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-            raise MediaError(f"cannot open audio in {path}: {unreadable(path, error)}") from error
-        with container:
+        with open_container(self.path, "audio in") as container:
             if not container.streams.audio:
                 raise MediaError(f"{path} has no audio stream")
             context = container.streams.audio[0].codec_context
@@ -439,11 +436,7 @@ class AudioStream:
         count_clipping, the samples at or near full scale."""
         import av
 
-        try:
-            container = av.open(str(self.path))
-        except Exception as error:  # noqa: BLE001 - PyAV raises several error types for unreadable files
-            raise MediaError(f"cannot open audio in {self.path}: {unreadable(Path(self.path), error)}") from error
-        with container:
+        with open_container(self.path, "audio in") as container:
             resampler, produced = None, False
             clipped = np.zeros(0, dtype=np.int64)
             decoded = 0  # samples per channel at the input's rate so far

@@ -277,22 +277,23 @@ class EmpathyModule(EmpathyLightningModule):
             self.count_training_loss(len(out["pred"]), batch_idx)
         optimizer.step(closure=closure)
         self.collect("train", **out)
-        if self.scheduler_cfg and self.scheduler_cfg.get("interval", "epoch") == "step":
-            self._step_scheduler()
+        self._step_scheduler("step")
 
-    def _step_scheduler(self) -> None:
-        """A scheduler step, every `frequency` intervals (Lightning steps schedulers itself only when it steps
-        the optimizer itself)."""
+    def _step_scheduler(self, ended: str) -> None:
+        """At the end of a training "step" or "epoch" (`ended`), a scheduler step when the scheduler's interval is
+        that and `frequency` of them are done (Lightning steps schedulers itself only when it steps the optimizer
+        itself)."""
+        if not self.scheduler_cfg or self.scheduler_cfg.get("interval", "epoch") != ended:
+            return
         scheduler = self.lr_schedulers()
-        interval = self.scheduler_cfg.get("interval", "epoch")
-        done = self.trainer.current_epoch + 1 if interval == "epoch" else self.trainer.global_step
+        done = self.trainer.current_epoch + 1 if ended == "epoch" else self.trainer.global_step
         if scheduler is not None and done % int(self.scheduler_cfg.get("frequency", 1)) == 0:
             scheduler.step()
 
     def on_train_epoch_end(self) -> None:
         super().on_train_epoch_end()
-        if not self.automatic_optimization and self.scheduler_cfg and self.scheduler_cfg.get("interval", "epoch") == "epoch":
-            self._step_scheduler()
+        if not self.automatic_optimization:
+            self._step_scheduler("epoch")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "val", batch_idx)

@@ -168,10 +168,11 @@ class GraphedStep:
     def __call__(self, batch: dict) -> dict[str, torch.Tensor]:
         leaves = _leaves(batch)
         shape = tuple((path, tuple(t.shape), t.dtype) for path, t in leaves.items())
-        device = next(iter(leaves.values())).device
+        first = next(iter(leaves.values()))
+        device = first.device
         if self.shape is None:
             self.shape = shape
-            self._announce(device, len(next(iter(leaves.values()))))
+            self._announce(device, len(first))
         if shape != self.shape or self.mode == "eager":
             return self.step(batch)
         if self.warmed < self.warmup:  # real steps that settle what the first steps make (caches, CUDA's choices)
