@@ -7,6 +7,7 @@ from typing import Any
 
 import hydra
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.config import ConfigError, validate
@@ -15,8 +16,11 @@ from empathic_fusion.evaluation.groups import check_groups
 from empathic_fusion.evaluation.reports import module_report
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.datamodules.protocol import EmpathyData
+from empathic_fusion.datamodules.setup_cache import sweep_scope
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
 from empathic_fusion.models.checkpoints import check_resumable, load_module
+from empathic_fusion.utils.job_timings import TimingCallback, job_timings, timed
+from empathic_fusion.utils.multirun import in_multirun
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
@@ -51,12 +55,15 @@ def build_run(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None
     The trainer comes first: the datamodule places its frame arrays by the device the run trains on
     (`data.frames=auto`: in a GPU's memory when they fit), which it reads from the trainer it is
     attached to; the model needs the datamodule's input dims, so it comes last."""
-    loggers = _instantiate_all(cfg.logger)
-    callbacks = _instantiate_all(cfg.callbacks) + list(extra_callbacks or [])
-    trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    datamodule = build_datamodule(_container(cfg.data), _container(cfg.features), list(cfg.modality.names))
-    set_up(datamodule, trainer, "fit")
-    model = build_model(cfg, datamodule.fitted_state())
+    with timed("setup/trainer"):
+        loggers = _instantiate_all(cfg.logger)
+        callbacks = _instantiate_all(cfg.callbacks) + list(extra_callbacks or [])
+        trainer: L.Trainer = hydra.utils.instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
+    with timed("setup/data"):
+        datamodule = build_datamodule(_container(cfg.data), _container(cfg.features), list(cfg.modality.names))
+        set_up(datamodule, trainer, "fit")
+    with timed("setup/model"):
+        model = build_model(cfg, datamodule.fitted_state())
     if cfg.test:
         check_groups(model, datamodule, _container(cfg.evaluation))  # an unknown attribute fails before training
     return datamodule, model, trainer
@@ -69,13 +76,21 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     (the checkpoint monitor's best value) and `global_step`, so a sweeper can optimize a validation
     metric (empathic_fusion/utils/multirun.py). Loggers get the resolved config, git commit, split hash and
     feature-store manifest hash; a W&B run is closed when the job ends, also when it fails.
-    `extra_callbacks` are added to the configured ones (for programmatic use).
+    `extra_callbacks` are added to the configured ones (for programmatic use). Where the job's time went is
+    written to the run folder's timings.json (empathic_fusion/utils/job_timings.py).
     """
     validate(cfg)
     L.seed_everything(cfg.seed, workers=True)
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
         return skipped
+    hydra_cfg = HydraConfig.get() if in_multirun() and cfg.grid.share_setup else None  # jobs share the data's set-up
+    sweep = (str(hydra_cfg.sweep.dir), str(hydra_cfg.job.num)) if hydra_cfg is not None else (None, "")
+    with job_timings(out_dir) as timings, sweep_scope(*sweep):
+        return _train(cfg, out_dir, [TimingCallback(timings), *(extra_callbacks or [])])
+
+
+def _train(cfg: DictConfig, out_dir: Path, extra_callbacks: list[L.Callback]) -> dict[str, Any]:
     datamodule, model, trainer = build_run(cfg, extra_callbacks)
     loggers = trainer.loggers
     log.info("data: %s", datamodule.describe())
@@ -96,10 +111,12 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
         results: dict[str, Any] = {}
         if cfg.test:
             best = checkpoint.best_model_path if checkpoint else ""
-            trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
+            with timed("test"):  # its test_steps, and the best checkpoint's loading (test_other)
+                trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
             if trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
                 on_run_device(model, trainer)
-                results = module_report(model, datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
+                with timed("report"):
+                    results = module_report(model, datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
             results["best_checkpoint"] = best
         results.update(validation=validation, best_validation=best_validation, global_step=trainer.global_step)
         failed = False

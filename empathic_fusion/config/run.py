@@ -47,6 +47,8 @@ class GridConfig:
     """A grid sweep over models x modalities (conf/experiment/es_*.yaml)."""
 
     skip_incompatible: bool = False              # skip cells whose model needs a modality the cell lacks (skipped.json)
+    share_setup: bool = True                     # a multirun's jobs in one process reuse the data's set-up when their
+                                                 # data settings and files are the same (datamodules/setup_cache.py)
 
 
 @dataclass

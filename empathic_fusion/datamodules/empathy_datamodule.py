@@ -31,6 +31,7 @@ from empathic_fusion.config import modality_branches, with_defaults
 from empathic_fusion.config.data import FusionDataConfig
 from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale
+from empathic_fusion.datamodules import setup_cache
 from empathic_fusion.datamodules.frame_cache import frame_arrays_on_disk
 from empathic_fusion.datamodules.sampler import RatingOversampler, _world
 from empathic_fusion.datamodules.statistics import normalisation_stats
@@ -46,12 +47,17 @@ from empathic_fusion.features.freshness import StaleFeaturesError, branch_proble
 from empathic_fusion.features.speech import speech_mask
 from empathic_fusion.core.files import canonical_hash
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
+from empathic_fusion.utils.job_timings import timed
 from empathic_fusion.utils.run_output import warn_data
 
 log = logging.getLogger(__name__)
 
 
 _D = FusionDataConfig  # every default of the data group lives in its schema (empathic_fusion/config/data.py)
+# what prepare_data and setup leave behind, which the next job of a sweep on the same data reuses (setup_cache.py)
+_SET_UP = ("extraction_report", "dataset", "rating_scale", "warnings", "generated", "session_frames", "missing",
+           "unused_branches", "ratings", "skipped", "windows", "split_hash", "split_assignment", "branch_dims",
+           "stats", "input_dims", "frames", "train_target_mean", "manifest_hash")
 
 
 def feature_manifest_hash(store: FeatureStore, sessions: list[str], branches: list[str],
@@ -123,6 +129,8 @@ class EmpathyDataModule(L.LightningDataModule):
     # ---- preparation -------------------------------------------------------------------------
     def prepare_data(self) -> None:
         if self._prepared:  # Lightning calls this again in fit/test; once per process is enough
+            return
+        if self._reuse_kept_setup():  # an earlier job of this sweep set up the same data from the same files
             return
         if self.demo is not None:
             from empathic_fusion.demo.generate import DemoConfig, generate_demo
@@ -353,6 +361,46 @@ class EmpathyDataModule(L.LightningDataModule):
         for warning in self.warnings:
             warn_data(warning)  # once per run, also when prepare_data's extraction found it
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
+        if setup_cache.active():
+            setup_cache.keep(self._setup_key(), self._inputs_fingerprint(),
+                             {**{name: getattr(self, name) for name in _SET_UP}, "datasets": dict(self.datasets)},
+                             self.frames.device if self.frames is not None else torch.device("cpu"))
+
+    # ---- a set-up kept between the jobs of a sweep (setup_cache.py) ----------------------------
+    def _setup_key(self) -> str:
+        """Every setting the set-up depends on, and the device the frames are placed for (not the seed, batch
+        size or loader workers, which only the loaders read)."""
+        return canonical_hash({
+            "dataset_dir": str(self.dataset_dir.resolve()), "store_dir": str(self.store_dir.resolve()),
+            "frame_cache_dir": str(self.frame_cache_dir.resolve()), "modalities": self.modalities,
+            "features": self.features, "name": self.name, "scenario": self.scenario, "window_frames": self.window_frames,
+            "stride_seconds": self.stride_seconds, "split": [self.split_fractions, self.split_seed, self.cv_folds,
+                                                             self.cv_fold],
+            "normalize": self.normalize, "demo": self.demo, "on_stale": self.on_stale, "loader": self.loader,
+            "frames": [self.frames_place, self.device_memory_gb, str(self.device_frames_dtype)],
+            "allow_shared_media": self.allow_shared_media, "device": str(self._training_device())})
+
+    def _inputs_fingerprint(self) -> str:
+        return setup_cache.inputs_fingerprint([self.dataset_dir, self.store_dir])
+
+    def _reuse_kept_setup(self) -> bool:
+        """Take the set-up an earlier job of this sweep kept, when it is for the same settings and the dataset and
+        store are unchanged since; its warnings are logged again, as every run logs them."""
+        if self.predict or not setup_cache.active():
+            return False
+        kept = setup_cache.reuse(self._setup_key(), self._inputs_fingerprint())
+        if kept is None:
+            return False
+        for name, value in kept.state.items():
+            setattr(self, name, dict(value) if name == "datasets" else value)  # a job may swap a split's dataset
+        self._prepared = True
+        log.info("data: set up by job %s of this sweep, with the same settings; the dataset and store are unchanged "
+                 "since, so their checks, the windows, the statistics and the frame arrays (%s) are reused",
+                 kept.job, self.frames.where or f"in memory on {self.frames.device}")
+        for warning in [*self.extraction_report.warnings, *self.warnings]:
+            warn_data(warning)
+        log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
+        return True
 
     def _frame_arrays(self, source: FrameSource) -> FrameArrays:
         """The batched loader's frame arrays where `frames` says (see `frames_place`), logged with why: in a GPU's
@@ -365,8 +413,9 @@ class EmpathyDataModule(L.LightningDataModule):
         place, target, why = frames_place(self.frames_place, device, size, device_budget(device, self.device_memory_gb))
         if target.type != "cuda":
             dtype, size = torch.float32, layout.dense_nbytes()
-        frames = (frame_arrays_on_disk(source, self.frame_cache_dir) if place == "disk"
-                  else FrameArrays.in_memory(source, target, dtype))
+        with timed("setup/frames"):
+            frames = (frame_arrays_on_disk(source, self.frame_cache_dir) if place == "disk"
+                      else FrameArrays.in_memory(source, target, dtype))
         log.info("frame arrays (%.2f GB in %s): %s (%s)", size / 1e9, str(dtype).replace("torch.", ""),
                  frames.where if place == "disk" else f"in memory on {target}", why)
         return frames

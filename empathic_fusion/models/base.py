@@ -33,6 +33,7 @@ from torchmetrics.utilities.distributed import gather_all_tensors
 from empathic_fusion.core.registry import registered_name
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.utils.loggers import git_commit
+from empathic_fusion.utils.job_timings import timed
 
 # The module's transfer_batch_to_device below is meant to serve every datamodule (ours keep the default hook);
 # Lightning says so on every run that passes a datamodule, which only alarms users. Filtered when a module is
@@ -262,7 +263,8 @@ def set_up(datamodule: EmpathyData, trainer: L.Trainer | None, stage: str) -> No
     the setup that the model's construction needs). None: the CPU."""
     if trainer is not None:
         datamodule.trainer = trainer
-    datamodule.prepare_data()
+    with timed("setup/prepare"):
+        datamodule.prepare_data()
     datamodule.setup(stage)
 
 

@@ -77,9 +77,13 @@ def available_cores(seconds: float = 0.25) -> int:
     return max(1, limit)
 
 
-def configure_threads(threads: int | None = None) -> int:
+_measured: dict[str, int] = {}  # available_cores() per sweep, measured at the sweep's first job in this process
+
+
+def configure_threads(threads: int | None = None, sweep: str | None = None) -> int:
     """Set torch's intra-op threads for this process and return the number: `threads` when given, else
-    OMP_NUM_THREADS when set, else available_cores()."""
+    OMP_NUM_THREADS when set, else available_cores(), measured once per `sweep` (a multirun's folder: its later
+    jobs in this process keep the first one's count instead of pausing to measure again)."""
     import torch
 
     if threads is not None:
@@ -88,8 +92,13 @@ def configure_threads(threads: int | None = None) -> int:
         count, source = threads, "the threads setting"
     elif os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         count, source = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    elif sweep is not None and sweep in _measured:
+        count, source = _measured[sweep], "cores not busy at this process's first job of the sweep"
     else:
         count, source = available_cores(), f"cores not busy of {len(allowed_cores())} available"
+        if sweep is not None:
+            _measured.clear()
+            _measured[sweep] = count
     torch.set_num_threads(count)
     log.info("torch uses %d CPU thread(s) (%s)", count, source)
     return count
