@@ -58,6 +58,8 @@ results: $(STAMP)
 	  --graphed --baseline d424cec --out docs/results/step_overhead_tiny.md $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --rounds 3 --concurrent 4 --concurrent-models tfn $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --fraction 1.0 --branches face=714,cnn=2048,audio=65,text=384 --models tfn --compare-fraction 0 --out docs/results/grid_paper_dims.md $(RESULTS_ARGS)
+	OMP_NUM_THREADS=1 $(PY) benchmarks/grid.py --device cpu --fraction 0.05 --compare-fraction 0 --models tfn --concurrent 1,2 --steps 250 --out docs/results/grid_concurrent.md $(RESULTS_ARGS)
+	$(PY) benchmarks/sweep_cost.py --fraction 0.05 --seeds 1 --before $(RESULTS_ARGS)
 	OMP_NUM_THREADS=1 $(PY) benchmarks/extract.py --frames 300 $(RESULTS_ARGS)
 	$(PY) benchmarks/busy_machine.py --participants 10 --epochs 5 --timeout 600
 	$(PY) benchmarks/suite_time.py $(RESULTS_ARGS)

@@ -3,7 +3,8 @@
 # default 540), each part with its own time limit inside that budget, so a lent GPU machine is used in one
 # call (../shared/GPU_CHECKLIST.md; docs/scaling.md). The step timings run first, alone on the machine, in
 # under 4 minutes (models_vs_mmsa and step_overhead: eager and graphed, per precision, with the kernel
-# counts), so a second call can rerun them after a fix; then the grid; then the GPU tests, train.py and the
+# counts), so a second call can rerun them after a fix; then the grid and the paper's grid sweep end to end
+# (benchmarks/sweep_cost.py); then the GPU tests, train.py and the
 # text sweep side by side; then a profiler trace of a step with the time left. Each part's results and logs
 # are copied to $OUT as soon as it ends, so a call stopped at its limit still brings back what finished.
 #
@@ -36,7 +37,9 @@ if [ -d .gpu_pack ] && [ "$DEVICE" = cuda ]; then
   [ -f .gpu_pack/commit ] && export EMPATHIC_FUSION_COMMIT=$(cat .gpu_pack/commit)
 fi
 if [ "$DEVICE" = cuda ]; then
-  TRAINER=trainer=gpu; GRID="--fraction 0.05 --compare-fraction 0 --concurrent 4 --concurrent-models tfn"
+  # runs at once: 1, 2 and 4 TFN runs, each with 250 steps for a steady-state window of 200 or more
+  TRAINER=trainer=gpu; GRID="--fraction 0.05 --compare-fraction 0 --models tfn --concurrent 1,2,4 --steps 250"
+  SWEEP_COST="--fraction 0.05 --seeds 1"   # train.py -m experiment=es_story_share, every cell once, one epoch
   # the timings: 32-true with TF32 and bf16-mixed, eager and graphed (model.compile=true: GPU_CHECK_PARTS=compiled)
   STEPS="--rounds 1 --steps 20 --warmup 5 --sizes paper --graphed"
   MMSA="--steps 20 --warmup 5 --precisions 32-tf32,bf16-mixed --modes eager,graphed"; STORE="0.01, 20"
@@ -46,7 +49,8 @@ if [ "$DEVICE" = cuda ]; then
   # (GPU_CHECK_TEXT=model.net.experts.2.inner_folds=5 with a larger GPU_CHECK_BUDGET runs the recipe as shipped)
   SWEEP="data.cv_fold=0,1,2 hydra.launcher.n_jobs=3 model.net.experts.2.inner_folds=3"
 else
-  TRAINER="trainer=cpu trainer.max_epochs=1"; GRID="--fraction 0.001 --sessions 4 --compare-fraction 0 --concurrent 2 --concurrent-models tfn --steps 2 --allow-busy"
+  TRAINER="trainer=cpu trainer.max_epochs=1"; GRID="--fraction 0.001 --sessions 4 --compare-fraction 0 --models tfn --concurrent 1,2 --steps 2 --allow-busy"
+  SWEEP_COST="--fraction 0.002 --sessions 4 --models tfn,mean --subsets t,v+a+t --seeds 1 --allow-busy"
   STEPS="--rounds 1 --steps 2 --warmup 1 --sizes tiny --graphed --allow-busy"
   MMSA="--steps 1 --warmup 0 --batch-size 4 --frames 8 --modes eager,graphed --allow-busy"
   PROFILE="--steps 2 --warmup 1 --batch-size 4 --frames 8 --models tfn --allow-busy"
@@ -57,11 +61,11 @@ mkdir -p "$RESULTS"
 BUDGET=${GPU_CHECK_BUDGET:-540}   # seconds for the whole check: a device call may run 600
 REPORT_SECONDS=20                 # kept back for the report and the copy to $OUT
 
-# GPU_CHECK_PARTS picks parts (default all but compiled): tests train text full mmsa steps grid profile compiled; GPU_CHECK_TEXT adds overrides to
+# GPU_CHECK_PARTS picks parts (default all but compiled): tests train text full mmsa steps grid mps sweep profile compiled; GPU_CHECK_TEXT adds overrides to
 # the text sweep (the report shows the command) and GPU_CHECK_TEXT_LIMIT sets its time limit (default 320 s, cut to
 # the budget left: on one H100 beside the GPU tests, 3 folds at once each fine-tuned an inner fold in about 33 s);
 # GPU_CHECK_RESULTS writes the results elsewhere (a partial rerun beside a full one)
-PARTS=" ${GPU_CHECK_PARTS:-tests train text full mmsa steps grid profile} "
+PARTS=" ${GPU_CHECK_PARTS:-tests train text full mmsa steps grid mps sweep profile} "
 SWEEP="$SWEEP ${GPU_CHECK_TEXT:-}"
 wanted() { [[ "$PARTS" == *" $1 "* ]]; }
 
@@ -121,7 +125,24 @@ wanted mmsa && part models_vs_mmsa 110 $PY benchmarks/models_vs_mmsa.py --device
 wanted steps && part step_overhead 110 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --out $RESULTS/step_overhead.md
 wanted compiled && part step_overhead_compiled 150 $PY benchmarks/step_overhead.py --device $DEVICE $STEPS --compile \
   --compile-models tfn --out $RESULTS/step_overhead_compiled.md
-wanted grid && part grid 120 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+wanted grid && part grid 150 $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid.md
+# the same runs at once under NVIDIA's Multi-Process Service (docs/scaling.md), its daemon started for this part
+# only and stopped after it, also when the part is stopped at its limit
+grid_mps() {
+  command -v nvidia-cuda-mps-control > /dev/null || { echo "nvidia-cuda-mps-control is not on this machine"; return 1; }
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || return 1
+  $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid_mps.md
+}
+export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps_pipe CUDA_MPS_LOG_DIRECTORY=$WORK/mps_log
+export -f grid_mps; export DEVICE GRID RESULTS
+if wanted mps && [ "$DEVICE" = cuda ]; then
+  part grid_mps 150 bash -c grid_mps
+  echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
+fi
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+wanted sweep && part sweep_cost 100 $PY benchmarks/sweep_cost.py --device $DEVICE $SWEEP_COST --work "$WORK/sweep_cost" \
+  --out $RESULTS/sweep_cost.md
 
 # 2. Not timed, side by side in the time left: the GPU tests, train.py on the GPU (LF-LSTM v+a+t as the demo trains, TFN v+t)
 #    on a synthetic store in the real format, and the fine-tuned text recipe's fold sweep on EmpatheticExchanges

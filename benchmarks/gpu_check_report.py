@@ -23,10 +23,12 @@ NOT_RUN = ("Extraction (`benchmarks/extract.py`) and the demo dataset (`train.py
 
 
 PARTS = ("pytest_gpu", "text_finetune_sweep", "train_lf_lstm", "train_tfn_v+t", "train_tfn_step_graph", "train_full_corpus",
-         "models_vs_mmsa", "step_overhead", "grid", "step_profile")
+         "models_vs_mmsa", "step_overhead", "grid", "grid_mps", "sweep_cost", "step_profile")
 TIMINGS = (("models_vs_mmsa", "Our nets against MMSA's", "models_vs_mmsa.md"),
            ("step_overhead", "The step overhead", "step_overhead.md"),
            ("grid", "The grid", "grid.md"),
+           ("grid_mps", "Runs at once under MPS", "grid_mps.md"),
+           ("sweep_cost", "The paper's grid sweep end to end", "sweep_cost.md"),
            ("step_profile", "A training step profiled", "step_profile.md"))
 # warnings, progress notes, and the banner lines Lightning and the profiler print for every run
 _NOISE = re.compile(r"Warning|warnings\.warn|^\s|^`Trainer\.fit` stopped|^results written to|^round \d+/\d+"

@@ -1,9 +1,9 @@
 """The paper's grid end to end from an on-disk store, up to the whole corpus: datamodule -> model -> optimizer.
 
-    python benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --concurrent 4      # this machine (CPU)
+    python benchmarks/grid.py --device cpu --fraction 0.05,0.25,1.0 --concurrent 1,2,4  # this machine (CPU)
     python benchmarks/grid.py --device cpu --fraction 1.0 --branches face=714,cnn=2048,audio=65,text=384 \
-        --models tfn --concurrent 1 --out docs/results/grid_paper_dims.md               # the paper's dims
-    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 4               # a GPU
+        --models tfn --out docs/results/grid_paper_dims.md               # the paper's dims
+    python benchmarks/grid.py --device cuda --fraction 0.25 --concurrent 1,2,4 --steps 300  # a GPU
 
 Writes a synthetic dataset (CSV tables and transcripts in the contract's layout) and a feature store
 in the store's real format (`FeatureStore.write_branch`, float16 features, uint8 masks, indexed SBERT
@@ -17,8 +17,10 @@ long it took, then prints:
 - at each `--fraction`, every model trained for `--steps` in a fresh process, as train.py runs
   (`data.frames=--frames`, by default auto: out of core on a CPU): its windows/s, the seconds its setup
   took (statistics, frame cache), and its peak RSS (the process's high-water mark, everything it ever held);
-  with `--concurrent N`, N runs of each of `--concurrent-models` at once (as `hydra/launcher=shared_device`
-  runs a sweep): their aggregate windows/s and the sum of their peak RSS;
+  with `--concurrent 1,2,4`, that many runs of each of `--concurrent-models` at once (as
+  `hydra/launcher=shared_device` runs a sweep): their aggregate windows/s in the steady state (the span in
+  which every run is past its warm-up and none has stopped; set --steps so each has at least 200 steps
+  there) beside one run's, and the sum of their peak RSS;
 - the frame cache's size on disk, and a memory model: the RAM a run needs in memory and out of core
   at each corpus size, from the measured peak RSS and the arrays' bytes;
 - the projected grid time: models x subsets x seeds x epochs x --windows at the end-to-end speed (the
@@ -220,7 +222,7 @@ def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, prelo
         trainer.fit(module, train_dataloaders=DataLoader(Preloaded(preloaded), batch_size=None))
     windows = timer.timed_steps * args.batch_size
     return {"rate": windows / (timer.stop - timer.start), "windows": windows, "start": timer.start, "stop": timer.stop,
-            "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if args.device == "cuda" else None}
+            "ends": timer.ends, "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if args.device == "cuda" else None}
 
 
 def _run(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace, threads: int,
@@ -253,12 +255,22 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2 ** 30
 
 
+def steady_state(runs: list[dict[str, Any]], batch_size: int) -> dict[str, Any]:
+    """Aggregate windows/s over the window in which every run is in its steady state: from the latest first
+    timed step (every run past its warm-up) to the earliest last one (none has stopped), counting each run's
+    steps that end inside it; with the steps each run had there."""
+    low, high = max(r["start"] for r in runs), min(r["stop"] for r in runs)
+    inside = [sum(1 for end in r["ends"] if low < end <= high) for r in runs]
+    return {"rate": sum(inside) * batch_size / (high - low) if high > low else float("nan"),
+            "steps": inside, "seconds": max(0.0, high - low)}
+
+
 def runs_at_once(name: str, root: tuple[Path, Path], dims: dict[str, int], args: argparse.Namespace,
                  count: int) -> dict[str, Any]:
     """`count` fresh processes training `name` at once on one device, as a launcher with that many workers
-    would (conf/hydra/launcher/shared_device.yaml): the windows they all trained over the span from the
-    first timed step to the last (so time one run spends alone counts against the aggregate), and each
-    one's peak RSS."""
+    would (conf/hydra/launcher/shared_device.yaml): their aggregate windows/s in the window where all of them
+    are in their steady state (`steady_state`), and over the span from the first timed step to the last (start-up
+    skew counts against that one), and each one's peak RSS."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
@@ -274,6 +286,7 @@ def runs_at_once(name: str, root: tuple[Path, Path], dims: dict[str, int], args:
     span = max(d["stop"] for d in done) - min(d["start"] for d in done)
     peaks = [d["peak_gpu_gib"] for d in done if d["peak_gpu_gib"] is not None]
     return {"rate": sum(d["windows"] for d in done) / span, "runs": [d["rate"] for d in done],
+            "steady": steady_state(done, args.batch_size),
             "peak_gpu_gib": sum(peaks) if peaks else None, "threads_per_run": threads,
             "peak_rss_gib": [d["peak_rss_gib"] for d in done], "setup_s": [d["setup_s"] for d in done],
             "frames": done[0]["frames"], "in_memory_gb": done[0]["in_memory_gb"], "disk_gb": done[0]["disk_gb"]}
@@ -351,9 +364,10 @@ def at_fraction(args: argparse.Namespace, fraction: float, dims: dict[str, int],
     root, store = synthetic(args, fraction, dims)
     single = {name: runs_at_once(name, root, dims, args, 1) for name in models}
     together = {}
-    if args.concurrent > 1:
+    for count in args.concurrent:
         for name in args.concurrent_models.split(",") if args.concurrent_models else models:
-            together[name] = runs_at_once(name, root, dims, args, args.concurrent)
+            run = single[name] if count == 1 else runs_at_once(name, root, dims, args, count)
+            together[f"{name} x{count}"] = {**run, "model": name, "count": count}
     cache = root[1] / "frame_cache"
     return {"store": store, "single": single, "together": together,
             "cache_disk_gb": disk_gb(cache) if cache.exists() else 0.0}
@@ -411,15 +425,21 @@ def report(args: argparse.Namespace, dims: dict[str, int], compared: dict | None
                   f"epochs x {args.windows:,} windows, training only, runs in sequence on one device): "
                   f"{sum(grid_windows / r['rate'] / 3600 for r in f['single'].values()):.2f} h", ""]
         if f["together"]:
-            lines += [f"{args.concurrent} runs at once (separate processes, "
-                      f"{next(iter(f['together'].values()))['threads_per_run']} torch thread(s) each on CPU):", "",
-                      "| model | aggregate windows/s | per-run windows/s | per-run setup s | per-run peak RSS GiB | "
-                      "sum of peak RSS GiB | peak GPU GiB (sum) |", "|---|---|---|---|---|---|---|"]
-            for name, r in f["together"].items():
+            lines += ["Runs at once (separate processes, each with its own frame arrays, torch threads split between "
+                      "them on CPU). Steady state: windows/s of all runs over the span in which every one is past its "
+                      "warm-up and none has stopped, with the steps each had in it; first to last: over the span from "
+                      "the first timed step to the last.", "",
+                      "| model | runs | steady-state windows/s | / one run | steps per run in the window | "
+                      "first to last windows/s | per-run windows/s | per-run setup s | sum of peak RSS GiB | "
+                      "peak GPU GiB (sum) |", "|---|---|---|---|---|---|---|---|---|---|"]
+            for r in f["together"].values():
+                name, count = r["model"], r["count"]
                 gpu = f"{r['peak_gpu_gib']:.2f}" if r["peak_gpu_gib"] is not None else "-"
-                lines.append(f"| {name} | {r['rate']:,.0f} | {', '.join(f'{v:,.0f}' for v in r['runs'])} | "
-                             f"{', '.join(f'{v:.0f}' for v in r['setup_s'])} | "
-                             f"{', '.join(f'{v:.2f}' for v in r['peak_rss_gib'])} | {sum(r['peak_rss_gib']):.2f} | {gpu} |")
+                steady, one = r["steady"], f["single"][name]["steady"]
+                lines.append(f"| {name} | {count} | {steady['rate']:,.0f} | {steady['rate'] / one['rate']:.2f}x | "
+                             f"{', '.join(map(str, steady['steps']))} | {r['rate']:,.0f} | "
+                             f"{', '.join(f'{v:,.0f}' for v in r['runs'])} | {', '.join(f'{v:.0f}' for v in r['setup_s'])} | "
+                             f"{sum(r['peak_rss_gib']):.2f} | {gpu} |")
             lines.append("")
     lines += memory_model(dims, fractions)
     return lines
@@ -493,8 +513,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--windows", type=int, default=FULL_WINDOWS)
-    parser.add_argument("--concurrent", type=int, default=1,
-                        help="also train this many runs at once on the device, one process each")
+    parser.add_argument("--concurrent", default="",
+                        help="numbers of runs to train at once on the device, one process each, comma-separated "
+                             "(e.g. 1,2,4; 1 is the single run); compared in their steady state")
     parser.add_argument("--concurrent-models", default=None, help="the models run --concurrent at once (default: all)")
     parser.add_argument("--work", type=Path, default=None, help="where the synthetic stores go (default: /tmp)")
     parser.add_argument("--keep", action="store_true", help="keep the synthetic stores (and frame caches) afterwards")
@@ -519,6 +540,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.dataset_dir is not None:
         args.fraction = "0"  # one pass over the given store
     models = args.models.split(",")
+    args.concurrent = [int(n) for n in str(args.concurrent).split(",") if n.strip()]
     compared = compare(args, dims, models) if args.compare_fraction > 0 else None
     fractions = []
     for fraction in (float(f) for f in args.fraction.split(",")):

@@ -82,6 +82,7 @@ class StepTimer(L.Callback):
         self.stop: float | None = None
         self.timed_steps = 0
         self.seen = 0
+        self.ends: list[float] = []  # time.perf_counter() at the end of every timed step (one clock for all processes)
 
     def _sync(self, module: L.LightningModule) -> None:
         if module.device.type == "cuda":
@@ -100,6 +101,7 @@ class StepTimer(L.Callback):
             self._sync(module)
             self.stop = time.perf_counter()
             self.timed_steps = self.seen - self.warmup
+            self.ends.append(self.stop)
 
 
 def fusion_module(name: str, modalities: list[str], input_dims: dict[str, int],

@@ -114,22 +114,36 @@ def _private_strings(dataset: Path) -> list[str]:
     return participants + said + texts
 
 
-def test_shared_device_launcher_runs_sweep_jobs_at_once(tiny, tmp_path):
-    """hydra/launcher=shared_device: two jobs of a sweep train at the same time, each in its own process."""
-    sweep, met = tmp_path / "sweep", tmp_path / "met"
-    # each job waits at the start of its training until both have got there (tests/rendezvous.py): jobs run one
-    # after another would never meet, and the sweep would record the first one's failure
+def _reused_setup(run_dir: Path) -> bool:
+    return "set up by job" in (run_dir / "train.log").read_text()
+
+
+def test_shared_device_workers_take_jobs_in_turn_and_match_a_sequential_sweep(tiny, tmp_path):
+    """hydra/launcher=shared_device: two long-lived worker processes train the sweep's jobs at once, each taking
+    jobs in turn and keeping its data's set-up between them; every job's metrics equal those of the same sweep run
+    one job after another (basic launcher) on the same seeds."""
+    shared, sequential, met = tmp_path / "shared", tmp_path / "sequential", tmp_path / "met"
+    # each job waits at the start of its training until two processes have got there (tests/rendezvous.py): jobs
+    # run one after another would never meet, and the sweep would record the first one's failure
     env = {**_env(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT / "tests"),
                                                                          os.environ.get("PYTHONPATH")]))}
-    _train_py(["-m", *_data_overrides(tiny["dataset"], tiny["store"]), "hydra/launcher=shared_device",
-               "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", "logger=[csv]", "trainer.max_epochs=2",
-               "+callbacks.rendezvous._target_=rendezvous.Rendezvous", f"+callbacks.rendezvous.folder={met}",
-               "seed=1,2"], env)
-    for job in range(2):
-        metrics = json.loads((sweep / str(job) / "test_metrics.json").read_text())
-        assert math.isfinite(metrics["model"]["rating"]["mse"])
-    assert not (sweep / "failures.json").exists()
-    assert len(list(met.iterdir())) == 2  # two processes met
+    common = [*_data_overrides(tiny["dataset"], tiny["store"]), "logger=[csv]", "trainer.max_epochs=2", "threads=1",
+              "seed=1,2,3,4"]
+    _train_py(["-m", *common, "hydra/launcher=shared_device", "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={shared}",
+               "+callbacks.rendezvous._target_=rendezvous.Rendezvous", f"+callbacks.rendezvous.folder={met}"], env)
+    _train_py(["-m", *common, f"hydra.sweep.dir={sequential}"], env)
+    assert not (shared / "failures.json").exists()
+    assert len(list(met.iterdir())) == 2  # 4 jobs in two processes, which met: the workers outlive their first job
+    for job in range(4):
+        metrics = [json.loads((sweep / str(job) / "test_metrics.json").read_text())["model"]["rating"]
+                   for sweep in (shared, sequential)]
+        assert math.isfinite(metrics[0]["mse"]) and metrics[0] == pytest.approx(metrics[1], rel=1e-6, abs=1e-9)
+    # one process sets up the data once: later jobs reuse it (a worker's second job, the sequential sweep's 2nd-4th)
+    assert sum(_reused_setup(shared / str(job)) for job in range(4)) == 2
+    assert [_reused_setup(sequential / str(job)) for job in range(4)] == [False, True, True, True]
+    timings = [json.loads((sequential / str(job) / "timings.json").read_text()) for job in range(4)]
+    assert "setup/frames" in timings[0]["seconds"] and not any("setup/frames" in t["seconds"] for t in timings[1:])
+    assert all(t["counts"]["epochs"] == 2 and t["seconds"]["train_steps"] > 0 for t in timings)
 
 
 def test_submitit_local_sweep_with_wandb_offline(tiny, tmp_path):

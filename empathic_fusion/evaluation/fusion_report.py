@@ -34,7 +34,8 @@ def fusion_report(module: EmpathyModule, datamodule: FusionData, out_dir: Path, 
     threshold = float(scale.to_target(threshold_rating))
     predictions = module.test_predictions
     check_groups(module, datamodule, config)  # before the bootstrap
-    val_predictions = predict_split(module, datamodule.val_dataloader())  # threshold and interval calibration
+    # threshold and interval calibration: saved with the checkpoint by its weights, or a pass over the split
+    val_predictions = module.validation_predictions(datamodule) or predict_split(module, datamodule.val_dataloader())
     report = build_report(predictions, datamodule.ratings, threshold, threshold_rating, out_dir, config,
                           val_predictions, loggers, scale=scale)
     results = report["results"]

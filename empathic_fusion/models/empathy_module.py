@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.core.errors import UserError
+from empathic_fusion.core.files import canonical_hash
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.datamodules.protocol import FusionData, GathersInStep
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 
 PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")  # from the datamodule, when given
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
+VAL_PREDICTIONS_KEY = "empathic_fusion_validation_predictions"  # the validation split's, by the checkpoint's weights
+FULL_PRECISION = ("32-true", "64-true")  # validation predictions made at these equal the report's own pass
 
 
 class FeatureMismatchError(UserError, ValueError):
@@ -89,6 +92,8 @@ class EmpathyModule(EmpathyLightningModule):
         self.rating_scale = recorded_scale(data_info)  # the training data's; 1-5 in checkpoints that predate it
         self.threshold = float(self.rating_scale.to_target(self.threshold_rating(run_config["evaluation"])))
         self.normalization: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._validated: tuple[int, dict[str, torch.Tensor]] | None = None  # (global step, the last validation's)
+        self.saved_val_predictions: dict[str, Any] | None = None  # what the loaded checkpoint holds
         self.modality_dropout = float(modality_dropout) if len(self.modalities) > 1 else 0.0
         if modality_dropout and len(self.modalities) < 2:
             warnings.warn(f"model.modality_dropout={modality_dropout} with the one modality {self.modalities}: "
@@ -198,6 +203,10 @@ class EmpathyModule(EmpathyLightningModule):
         super().on_save_checkpoint(checkpoint)
         if self.normalization:
             checkpoint[STATS_KEY] = self.normalization
+        if (self._validated is not None and self._validated[0] == checkpoint.get("global_step")
+                and self.trainer.world_size == 1):  # the weights saved are those that made the last validation's
+            checkpoint[VAL_PREDICTIONS_KEY] = {"data": canonical_hash(self.data_description),
+                                               "precision": str(self.trainer.precision), **self._validated[1]}
         for state in checkpoint.get("optimizer_states", []):  # a captured step's rate is a device tensor
             for group in state.get("param_groups", []):
                 if isinstance(group.get("lr"), torch.Tensor):
@@ -206,6 +215,20 @@ class EmpathyModule(EmpathyLightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_load_checkpoint(checkpoint)
         self.normalization = dict(checkpoint.get(STATS_KEY) or {})
+        self.saved_val_predictions = checkpoint.get(VAL_PREDICTIONS_KEY)
+
+    def validation_predictions(self, datamodule: FusionData) -> dict[str, torch.Tensor] | None:
+        """The validation split's predictions saved with the loaded checkpoint by its own weights, when they were
+        made on this datamodule's data in full precision (then equal to a pass over the split, which the report
+        needs no more); else None."""
+        saved = self.saved_val_predictions
+        if (saved is None or saved["precision"] not in FULL_PRECISION
+                or saved["data"] != canonical_hash(datamodule.describe())):
+            return None
+        pred, target, rating = saved["window_pred"], saved["window_target"], saved["window_rating"]
+        rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
+        return {"window_pred": pred, "window_target": target, "window_rating": rating,
+                "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
 
     def _step(self, batch: dict, stage: str, batch_idx: int) -> torch.Tensor:
         pred = self(batch)
@@ -315,6 +338,9 @@ class EmpathyModule(EmpathyLightningModule):
         self.results[stage] = levels
         for level, values in levels.items():
             self.log_dict({f"{stage}/{level}/{k}": v for k, v in values.items()}, prog_bar=False)
+        if stage == "val" and not self.trainer.sanity_checking:
+            self._validated = (self.trainer.global_step, {"window_pred": pred, "window_target": target,
+                                                          "window_rating": rating})
         if stage == "test":
             self.test_predictions = {"window_pred": pred, "window_target": target, "window_rating": rating,
                                      "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}

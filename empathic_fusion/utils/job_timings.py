@@ -7,7 +7,7 @@ counted (benchmarks/sweep_cost.py) and a user can see where a slow job's time we
 
     setup/trainer, setup/data (setup/frames: the frame arrays, inside it), setup/model,
     sanity_check, train_steps (the training epochs less the validation and checkpoints inside them),
-    validation, checkpoint, test_steps, test_other (the best checkpoint's loading around them), report.
+    validation, checkpoint, test (test_steps inside it: the rest loads the best checkpoint), report.
 
 `process_start_s` is the time from the process's start to the job's, for the first job of a process
 (later jobs of a multirun run in the same process and pay it no more). Spans of work on a GPU end
@@ -40,6 +40,11 @@ def process_started() -> float | None:
         return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
+
+
+def _first_rank() -> bool:
+    """Not a later process of a distributed run (the ranks' variables that Lightning, torchrun and SLURM set)."""
+    return all(os.environ.get(name, "0") == "0" for name in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def _synchronize() -> None:
@@ -92,7 +97,7 @@ def job_timings(out_dir: Path | str) -> Iterator[JobTimings]:
     finally:
         _active = previous
         out = Path(out_dir)
-        if out.is_dir():
+        if out.is_dir() and _first_rank():  # under DDP every rank times the job; the first one writes
             (out / TIMINGS_FILE).write_text(json.dumps(timings.record(first), indent=1))
 
 
