@@ -108,8 +108,8 @@ def console_script(main: Callable[..., Any]) -> Callable[..., Any]:
 @contextmanager
 def run_setup(cfg: DictConfig) -> Iterator[None]:
     """What every entry point does around its work: torch's CPU threads from the cores available now
-    (`threads=N` or OMP_NUM_THREADS override; measured once per multirun in a process), third-party log noise off unless `verbose=true`, each
-    data warning logged once, and their count at the end."""
+    (`threads=N` or OMP_NUM_THREADS override; measured once per multirun in a process), third-party log
+    noise off unless `verbose=true`, each data warning logged once, and their count at the end."""
     from hydra.core.hydra_config import HydraConfig
 
     from empathic_fusion.utils.multirun import in_multirun

@@ -111,7 +111,7 @@ def _train(cfg: DictConfig, out_dir: Path, extra_callbacks: list[L.Callback]) ->
         results: dict[str, Any] = {}
         if cfg.test:
             best = checkpoint.best_model_path if checkpoint else ""
-            with timed("test"):  # its test_steps, and the best checkpoint's loading (test_other)
+            with timed("test"):  # its test_steps, and the best checkpoint's loading around them
                 trainer.test(model, datamodule=datamodule, ckpt_path=best or None, weights_only=False)
             if trainer.is_global_zero:  # under DDP every process has the gathered predictions; one reports
                 on_run_device(model, trainer)

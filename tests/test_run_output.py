@@ -47,6 +47,16 @@ def test_threads_setting_wins_then_omp_num_threads_then_free_cores(monkeypatch):
             configure_threads(bad)
 
 
+def test_a_sweep_measures_the_free_cores_at_its_first_job_only(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    measured = []
+    monkeypatch.setattr(threads_module, "available_cores", lambda: measured.append(1) or 2)  # sleeps in real life
+    assert [configure_threads(None, "sweep-1") for _ in range(3)] == [2, 2, 2] and len(measured) == 1
+    assert configure_threads(None, "sweep-2") == 2 and len(measured) == 2  # another multirun measures again
+    assert configure_threads(None) == 2 and len(measured) == 3  # single runs always measure
+    assert configure_threads(1, "sweep-2") == 1  # a setting still wins
+
+
 def test_busy_cores_reads_this_machines_cpu_times():
     cores = sorted(os.sched_getaffinity(0))
     busy = busy_cores(cores, 0.05)

@@ -394,10 +394,12 @@ class EmpathyDataModule(L.LightningDataModule):
         for name, value in kept.state.items():
             setattr(self, name, dict(value) if name == "datasets" else value)  # a job may swap a split's dataset
         self._prepared = True
+        frames = self.frames
+        where = ("read window by window" if frames is None else frames.where or f"in memory on {frames.device}")
         log.info("data: set up by job %s of this sweep, with the same settings; the dataset and store are unchanged "
                  "since, so their checks, the windows, the statistics and the frame arrays (%s) are reused",
-                 kept.job, self.frames.where or f"in memory on {self.frames.device}")
-        for warning in [*self.extraction_report.warnings, *self.warnings]:
+                 kept.job, where)
+        for warning in [*(self.extraction_report.warnings if self.extraction_report else []), *self.warnings]:
             warn_data(warning)
         log.info("windows: %s (split %s)", {s: len(d) for s, d in self.datasets.items()}, self.split_hash)
         return True
