@@ -41,6 +41,23 @@ def tiny_store(tiny_dataset, tmp_path_factory) -> Path:
     return root
 
 
+SYNTHETIC_BRANCHES = {"face": 24, "audio": 8, "text": 384}  # the synthetic store's branches and their small dims
+
+
+@pytest.fixture(scope="session")
+def synthetic_store(tmp_path_factory) -> tuple[Path, Path]:
+    """(dataset, store): a dataset in the contract's layout with a filled store in the store's real format at 0.002
+    of the corpus (benchmarks/grid.py), which needs no extraction."""
+    import sys
+
+    sys.path.insert(0, str(PROJECT_ROOT))
+    from benchmarks.grid import write_synthetic
+
+    root = tmp_path_factory.mktemp("synthetic")
+    write_synthetic(root, 0.002, 10, SYNTHETIC_BRANCHES)
+    return root / "dataset", root / "store"
+
+
 @pytest.fixture
 def dataset_copy(tiny_dataset, tmp_path) -> Path:
     """A private copy of the tiny dataset that a test may damage."""

@@ -3,29 +3,14 @@ validation predictions a checkpoint keeps so the report makes no second pass ove
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from empathic_fusion.evaluation.report import predict_split
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.pipeline import build_run, train
-from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.utils.compose import compose_config
-
-sys.path.insert(0, str(PROJECT_ROOT))
-from benchmarks.grid import write_synthetic  # noqa: E402
-
-BRANCHES = {"face": 24, "audio": 8, "text": 384}
-
-
-@pytest.fixture(scope="module")
-def synthetic_store(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(root, 0.002, 10, BRANCHES)
-    return root / "dataset", root / "store"
 
 
 def _cfg(store: tuple[Path, Path], out: Path, *extra: str):

@@ -23,18 +23,7 @@ from empathic_fusion.pipeline import build_run
 from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.utils.compose import compose_config
 
-sys.path.insert(0, str(PROJECT_ROOT))
-from benchmarks.grid import write_synthetic  # noqa: E402
-
-BRANCHES = {"face": 24, "audio": 8, "text": 384}
-
-
-@pytest.fixture(scope="module")
-def synthetic_store(tmp_path_factory) -> tuple[Path, Path]:
-    """A dataset in the contract's layout with a filled store in the real format (no media to extract)."""
-    root = tmp_path_factory.mktemp("synthetic")
-    write_synthetic(root, 0.002, 10, BRANCHES)
-    return root / "dataset", root / "store"
+from tests.conftest import SYNTHETIC_BRANCHES as BRANCHES
 
 
 def _overrides(store: tuple[Path, Path]) -> list[str]:
