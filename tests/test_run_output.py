@@ -57,6 +57,22 @@ def test_a_sweep_measures_the_free_cores_at_its_first_job_only(monkeypatch):
     assert configure_threads(1, "sweep-2") == 1  # a setting still wins
 
 
+def test_a_slurm_job_takes_the_cpus_it_was_given_before_measuring_free_cores(monkeypatch):
+    """Two jobs started on one node at the same moment each see every core idle: the allocation decides."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(threads_module, "available_cores", lambda: pytest.fail("measured inside a SLURM job"))
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert configure_threads(None) == 1 and torch.get_num_threads() == 1
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")  # more than the process may run on: its affinity caps it
+    assert configure_threads(None, "sweep") == 4
+    assert configure_threads(2) == 2  # a setting still wins
+    monkeypatch.delenv("SLURM_JOB_ID")  # a variable left in a shell outside any job is not read
+    monkeypatch.setattr(threads_module, "available_cores", lambda: 3)
+    assert configure_threads(None) == 3
+
+
 def test_busy_cores_reads_this_machines_cpu_times():
     cores = sorted(os.sched_getaffinity(0))
     busy = busy_cores(cores, 0.05)

@@ -97,10 +97,10 @@ def _env(tmp_path: Path) -> dict[str, str]:
             "WANDB_DATA_DIR": str(tmp_path / "wandb_home"), "PYTHONWARNINGS": "ignore"}
 
 
-def _train_py(args: list[str], env: dict[str, str], timeout: int = 400) -> subprocess.CompletedProcess:
+def _train_py(args: list[str], env: dict[str, str], timeout: int = 400, status: int = 0) -> subprocess.CompletedProcess:
     run = subprocess.run([sys.executable, str(PROJECT_ROOT / "train.py"), *args], cwd=PROJECT_ROOT, env=env,
                          capture_output=True, text=True, timeout=timeout)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == status, run.stdout[-3000:] + run.stderr[-3000:]
     return run
 
 
@@ -150,8 +150,9 @@ def test_submitit_local_sweep_with_wandb_offline(tiny, tmp_path):
     sweep = tmp_path / "sweep"
     _train_py(["-m", *_data_overrides(tiny["dataset"], tiny["store"]), "hydra/launcher=submitit_local",
                f"hydra.sweep.dir={sweep}", "logger=[csv,wandb]", "trainer.max_epochs=1",
-               "model.optimizer.lr=1e-3,2e-3,-1", "seed=2"], _env(tmp_path))
-    # the job with a negative learning rate failed; the other two completed and the failure is listed
+               "model.optimizer.lr=1e-3,2e-3,-1", "seed=2"], _env(tmp_path), status=1)
+    # the job with a negative learning rate failed; the other two completed, the failure is listed and the sweep
+    # exits with status 1
     assert (sweep / "0" / "test_metrics.json").exists() and (sweep / "1" / "test_metrics.json").exists()
     (failure,) = json.loads((sweep / "failures.json").read_text())
     assert failure["job"] == 2 and "model.optimizer.lr=-1" in failure["overrides"] and "learning rate" in failure["error"]

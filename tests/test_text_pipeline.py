@@ -5,6 +5,7 @@ a multirun, Optuna and fine-tuning (the web app's Text tab is tested in tests/te
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,7 +146,8 @@ def test_multirun_over_folds_records_a_failing_job_and_builds_sweep_tables(run, 
     command = [sys.executable, "train.py", "-m", *_overrides(root, "trainer.max_epochs=3", "logger=none"),
                "data.cv_fold=0,7", f"hydra.sweep.dir={sweep}"]
     done = subprocess.run(command, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]  # the other job ran; the sweep says one failed
+    assert re.search(r"^  failed +1 job\(s\): .*failures\.json$", done.stdout, re.M), done.stdout[-2000:]
     failure = json.loads((sweep / "failures" / "1.json").read_text())
     assert "data.cv_fold=7" in failure["overrides"] and "data.cv_fold=7: must be in 0..2" in failure["error"]
     assert (sweep / "0" / "test_metrics.json").exists()

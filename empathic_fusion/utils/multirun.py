@@ -144,11 +144,17 @@ class FailureReport(Callback):
 
 class SweepSummary(Callback):
     """At the end of a training multirun (conf/train.yaml): the sweep folder and the evaluate.py command that
-    makes its tables, after each job's own "What now:" block."""
+    makes its tables, after each job's own "What now:" block; then exit status 1 when any job failed (its
+    record in failures.json), as extraction does, so a script or scheduler that started the sweep sees it."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from empathic_fusion.utils.run_output import shown, what_now
 
-        sweep_dir = shown(str(config.hydra.sweep.dir))
+        sweep = Path(str(config.hydra.sweep.dir))
+        sweep_dir = shown(str(sweep))
+        failed = collect_failures(sweep)
         print(what_now([("sweep folder", f"{sweep_dir}  (a run folder per job: 0/, 1/, ...)"),
+                        ("failed", f"{len(failed)} job(s): {shown(str(sweep / FAILURES_FILE))}" if failed else None),
                         ("next", f"empathic-evaluate sweep_dir={sweep_dir}")]))
+        if failed:
+            raise SystemExit(1)

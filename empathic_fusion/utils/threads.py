@@ -1,10 +1,13 @@
-"""How many CPU threads torch may use: the cores this process may run on that are not busy now.
+"""How many CPU threads torch may use: the CPUs a SLURM job was given, else the cores this process may run on
+that are not busy now.
 
 torch's default (one intra-op thread per physical core) assumes an idle machine. On a machine busy with
 other jobs its threads wait for each other at every parallel region and a small model runs many times
 slower than on one thread. The default here counts the cores this process may run on
 (`os.sched_getaffinity`, capped by a cgroup CPU quota), less those other processes keep busy, measured
-from /proc/stat over a fraction of a second. An explicit `threads=N` setting or OMP_NUM_THREADS wins.
+from /proc/stat over a fraction of a second. Inside a SLURM job the allocation decides instead: its
+`SLURM_CPUS_PER_TASK` (within the process's affinity), since jobs started on one node at the same moment would
+each see all of its cores idle. An explicit `threads=N` setting or OMP_NUM_THREADS wins.
 """
 from __future__ import annotations
 
@@ -80,10 +83,19 @@ def available_cores(seconds: float = 0.25) -> int:
 _measured: dict[str, int] = {}  # available_cores() per sweep, measured at the sweep's first job in this process
 
 
+def slurm_cpus() -> int | None:
+    """The CPUs per task of the SLURM job this process runs in (within its affinity), or None outside one."""
+    cpus = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    if not os.environ.get("SLURM_JOB_ID") or not cpus.isdigit() or int(cpus) < 1:
+        return None
+    return min(int(cpus), len(allowed_cores()))
+
+
 def configure_threads(threads: int | None = None, sweep: str | None = None) -> int:
     """Set torch's intra-op threads for this process and return the number: `threads` when given, else
-    OMP_NUM_THREADS when set, else available_cores(), measured once per `sweep` (a multirun's folder: its later
-    jobs in this process keep the first one's count instead of pausing to measure again)."""
+    OMP_NUM_THREADS when set, else a SLURM job's CPUs per task, else available_cores(), measured once per `sweep`
+    (a multirun's folder: its later jobs in this process keep the first one's count instead of pausing to measure
+    again)."""
     import torch
 
     if threads is not None:
@@ -92,6 +104,8 @@ def configure_threads(threads: int | None = None, sweep: str | None = None) -> i
         count, source = threads, "the threads setting"
     elif os.environ.get("OMP_NUM_THREADS", "").strip().isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         count, source = int(os.environ["OMP_NUM_THREADS"]), "OMP_NUM_THREADS"
+    elif slurm_cpus() is not None:
+        count, source = slurm_cpus(), "the SLURM job's SLURM_CPUS_PER_TASK"
     elif sweep is not None and sweep in _measured:
         count, source = _measured[sweep], "cores not busy at this process's first job of the sweep"
     else:
