@@ -2,7 +2,8 @@
 
     python benchmarks/sweep_cost.py                                  # this machine (CPU), 0.05 of the corpus
     python benchmarks/sweep_cost.py --device cuda --fraction 0.25    # a GPU (trainer=gpu)
-    python benchmarks/sweep_cost.py --fraction 0.002 --models tfn,mean --subsets t,v+a+t --seeds 1 --no-write  # CI-sized
+    python benchmarks/sweep_cost.py --fraction 0.002 --models tfn,mean --subsets t,v+a+t --seeds 1 --no-write
+                                                                     # CI-sized
 
 Writes a synthetic dataset and feature store in the store's real format at `--fraction` of EmpathicStories++
 (benchmarks/grid.py's `write_synthetic`), then runs `train.py -m experiment=es_story_share` on it in a fresh
@@ -55,7 +56,8 @@ def sweep_command(args: argparse.Namespace, dataset: Path, store: Path, sweep_di
     modalities = "{video:[face],audio:[audio],text:[text]}"  # the synthetic store's branches
     command = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=es_story_share", "data=empathic_stories",
                f"data.dataset_dir={dataset}", f"data.store_dir={store}", "data.stride_seconds=1",
-               f"data.batch_size={PAPER_BATCH}", f"features.modalities={modalities}", f"trainer.max_epochs={args.epochs}",
+               f"data.batch_size={PAPER_BATCH}", f"features.modalities={modalities}",
+               f"trainer.max_epochs={args.epochs}",
                f"seed={args.seeds}", "logger=none", f"hydra.sweep.dir={sweep_dir}"]
     if args.models:
         command.append(f"model={args.models}")
@@ -64,7 +66,8 @@ def sweep_command(args: argparse.Namespace, dataset: Path, store: Path, sweep_di
     if args.device == "cuda":
         command.append("trainer=gpu")
     if before:
-        command += ["grid.share_setup=false", "evaluation=default", "evaluation.bootstrap=100", "evaluation.plots=false"]
+        command += ["grid.share_setup=false", "evaluation=default", "evaluation.bootstrap=100",
+                    "evaluation.plots=false"]
     return command
 
 
@@ -75,19 +78,22 @@ def run_sweep(args: argparse.Namespace, dataset: Path, store: Path, before: bool
     began = time.time()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     wall = time.time() - began
-    if done.returncode != 0:
+    failures = sweep_dir / "failures.json"  # a failed job ends the sweep with status 1; the others are counted
+    if done.returncode != 0 and not failures.is_file():
         raise RuntimeError(f"the sweep failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return {"began": began, "wall_s": wall, "jobs": read_jobs(sweep_dir, began, began + wall),
-            "command": " ".join(command[1:])}
+    failed = json.loads(failures.read_text()) if failures.is_file() else []
+    return {"began": began, "wall_s": wall, "command": " ".join(command[1:]), "failed": failed,
+            "jobs": read_jobs(sweep_dir, began, began + wall, {int(f["job"]) for f in failed})}
 
 
-def read_jobs(sweep_dir: Path, began: float, ended: float) -> list[dict[str, Any]]:
-    """Every job's timings with its model, subset and seed, in the order they ran; `outside_s` is the time from
-    its end to the next job's start (Hydra's job set-up, the summary), or to the sweep's end for the last."""
+def read_jobs(sweep_dir: Path, began: float, ended: float, failed: set[int] = frozenset()) -> list[dict[str, Any]]:
+    """Every finished job's timings with its model, subset and seed, in the order they ran (`failed` jobs left
+    out); `outside_s` is the time from its end to the next job's start (Hydra's job set-up, the summary), or to
+    the sweep's end for the last."""
     jobs = []
     for folder in sorted((p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
-        if not (folder / "timings.json").is_file():
-            continue  # a skipped cell (skipped.json): the model needs a modality the cell lacks
+        if int(folder.name) in failed or not (folder / "timings.json").is_file():
+            continue  # failed, or a skipped cell (skipped.json): the model needs a modality the cell lacks
         overrides = dict(o.split("=", 1) for o in yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text()))
         timings = json.loads((folder / "timings.json").read_text())
         jobs.append({"job": int(folder.name), "model": overrides["model"], "subset": overrides["modality"],
@@ -154,11 +160,13 @@ def summary(run: dict[str, Any]) -> dict[str, Any]:
             "fixed_s": sum(j["fixed_s"] for j in jobs), "first_fixed_s": jobs[0]["fixed_s"],
             "later_fixed_mean_s": statistics.mean(j["fixed_s"] for j in later) if later else math.nan,
             "later_fixed_max_s": max((j["fixed_s"] for j in later), default=math.nan),
-            "reused_mean_s": statistics.mean(reused) if reused else math.nan, "reused_max_s": max(reused, default=math.nan),
+            "reused_mean_s": statistics.mean(reused) if reused else math.nan,
+            "reused_max_s": max(reused, default=math.nan),
             "setups": len(jobs) - len(reused)}
 
 
-COLUMNS = [("process start", lambda j: j["process_start_s"] or 0.0), ("data set-up", lambda j: j["seconds"].get("setup/data", 0.0)),
+COLUMNS = [("process start", lambda j: j["process_start_s"] or 0.0),
+           ("data set-up", lambda j: j["seconds"].get("setup/data", 0.0)),
            ("frame fill", lambda j: j["seconds"].get("setup/frames", 0.0)),
            ("sanity", lambda j: j["seconds"].get("sanity_check", 0.0)),
            ("train steps", lambda j: j["seconds"].get("train_steps", 0.0)),
@@ -182,7 +190,8 @@ def job_table(jobs: list[dict[str, Any]]) -> list[str]:
 def report(args: argparse.Namespace, store: dict, runs: dict[str, dict]) -> list[str]:
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     lines = [f"{device}, {args.fraction:g} of EmpathicStories++ (synthetic store, {store['sessions']} sessions, "
-             f"branches {store['dims']}), batch {PAPER_BATCH}, stride 1 s, {args.epochs} epoch(s), seeds {args.seeds}.", "",
+             f"branches {store['dims']}), batch {PAPER_BATCH}, stride 1 s, {args.epochs} epoch(s), "
+             f"seeds {args.seeds}.", "",
              "Seconds per job; steps are the training, validation and test steps, fixed is everything else of the "
              "job's wall time (the first job's includes the process's start; the paper tables after the last job "
              "are the sweep's end).", ""]
@@ -204,6 +213,10 @@ def report(args: argparse.Namespace, store: dict, runs: dict[str, dict]) -> list
                      f"{p['total_h']:.2f} |")
     for name, run in runs.items():
         lines += ["", f"### Jobs, {name}", "", f"`{run['command']}`", ""] + job_table(run["jobs"])
+        if run["failed"]:
+            lines += ["", "Failed jobs (not in the table or the projection; their time counts in the previous "
+                      "job's between jobs): "
+                      + "; ".join(f"{f['job']} ({' '.join(f['overrides'])}): {f['error']}" for f in run["failed"])]
     return lines + [""]
 
 
@@ -214,12 +227,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--branches", default="face=1451,audio=65,text=384")
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--models", default=None, help="model= of the sweep (default: the experiment's, every fusion model)")
+    parser.add_argument("--models", default=None,
+                        help="model= of the sweep (default: the experiment's, every fusion model)")
     parser.add_argument("--subsets", default=None, help="modality= of the sweep (default: the experiment's five)")
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--before", action="store_true",
                         help="also run the sweep as it ran before: no shared set-up, the full report")
-    parser.add_argument("--work", type=Path, default=None, help="where the store and sweeps go (default: a /tmp folder)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the store and sweeps go (default: a /tmp folder)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
     add_output_arguments(parser, "sweep_cost")
@@ -228,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no GPU")
     dims = {b: int(d) for b, d in (item.split("=") for item in args.branches.split(","))}
-    args.work = args.work or Path("/tmp") / f"empathic_sweep_cost_{canonical_hash([args.fraction, args.sessions, dims])}"
+    key = canonical_hash([args.fraction, args.sessions, dims])
+    args.work = args.work or Path("/tmp") / f"empathic_sweep_cost_{key}"
     os.makedirs(args.work, exist_ok=True)
     store = write_synthetic(args.work / "data", args.fraction, args.sessions, dims)
     runs = {}
