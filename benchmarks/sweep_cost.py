@@ -82,14 +82,14 @@ def run_sweep(args: argparse.Namespace, dataset: Path, store: Path, before: bool
     if done.returncode != 0 and not failures.is_file():
         raise RuntimeError(f"the sweep failed ({done.returncode}):\n{done.stderr[-4000:]}")
     failed = json.loads(failures.read_text()) if failures.is_file() else []
-    return {"began": began, "wall_s": wall, "command": " ".join(command[1:]), "failed": failed,
-            "jobs": read_jobs(sweep_dir, began, began + wall, {int(f["job"]) for f in failed})}
+    return {"wall_s": wall, "command": " ".join(command[1:]), "failed": failed,
+            "jobs": read_jobs(sweep_dir, began + wall, {int(f["job"]) for f in failed})}
 
 
-def read_jobs(sweep_dir: Path, began: float, ended: float, failed: set[int] = frozenset()) -> list[dict[str, Any]]:
+def read_jobs(sweep_dir: Path, ended: float, failed: set[int] = frozenset()) -> list[dict[str, Any]]:
     """Every finished job's timings with its model, subset and seed, in the order they ran (`failed` jobs left
-    out); `outside_s` is the time from its end to the next job's start (Hydra's job set-up, the summary), or to
-    the sweep's end for the last."""
+    out); `outside_s` is the time from its end to the next job's start (Hydra's job set-up, the summary); the last
+    job, whose own gap is the sweep's end (the paper tables, kept as `sweep_end_s`), gets the others' median."""
     jobs = []
     for folder in sorted((p for p in sweep_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
         if int(folder.name) in failed or not (folder / "timings.json").is_file():
@@ -99,18 +99,16 @@ def read_jobs(sweep_dir: Path, began: float, ended: float, failed: set[int] = fr
         jobs.append({"job": int(folder.name), "model": overrides["model"], "subset": overrides["modality"],
                      "seed": overrides["seed"], **timings})
     jobs.sort(key=lambda j: j["started"])
-    for job, following in zip(jobs, jobs[1:] + [None]):
-        end = following["started"] if following is not None else ended
-        job["outside_s"] = max(0.0, end - job["started"] - job["total_s"])
-        seconds = job["seconds"]
-        job["steps_s"] = sum(seconds.get(k, 0.0) for k in STEP_SPANS)
-        job["wall_s"] = job["total_s"] + job["outside_s"] + (job["process_start_s"] or 0.0)
-        job["fixed_s"] = job["wall_s"] - job["steps_s"]
+    gaps = [max(0.0, end - job["started"] - job["total_s"])
+            for job, end in zip(jobs, [j["started"] for j in jobs[1:]] + [ended])]
     if jobs:
-        jobs[-1]["sweep_end_s"] = jobs[-1]["outside_s"]  # the paper tables, after the last job
-        jobs[-1]["outside_s"] = statistics.median([j["outside_s"] for j in jobs[:-1]]) if len(jobs) > 1 else 0.0
-        jobs[-1]["wall_s"] = jobs[-1]["total_s"] + jobs[-1]["outside_s"] + (jobs[-1]["process_start_s"] or 0.0)
-        jobs[-1]["fixed_s"] = jobs[-1]["wall_s"] - jobs[-1]["steps_s"]
+        jobs[-1]["sweep_end_s"] = gaps[-1]
+        gaps[-1] = statistics.median(gaps[:-1]) if len(gaps) > 1 else 0.0
+    for job, outside in zip(jobs, gaps):
+        job["outside_s"] = outside
+        job["steps_s"] = sum(job["seconds"].get(k, 0.0) for k in STEP_SPANS)
+        job["wall_s"] = job["total_s"] + outside + (job["process_start_s"] or 0.0)
+        job["fixed_s"] = job["wall_s"] - job["steps_s"]
     return jobs
 
 

@@ -110,14 +110,13 @@ def run_setup(cfg: DictConfig) -> Iterator[None]:
     """What every entry point does around its work: torch's CPU threads from the cores available now
     (`threads=N` or OMP_NUM_THREADS override; measured once per multirun in a process), third-party log
     noise off unless `verbose=true`, each data warning logged once, and their count at the end."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from empathic_fusion.utils.multirun import in_multirun
+    from empathic_fusion.utils.multirun import multirun_job
     from empathic_fusion.utils.run_output import data_warning_summary, reset_data_warnings, set_verbosity
     from empathic_fusion.utils.threads import configure_threads
 
     set_verbosity(cfg.verbose)
-    configure_threads(cfg.threads, str(HydraConfig.get().sweep.dir) if in_multirun() else None)
+    job = multirun_job()
+    configure_threads(cfg.threads, str(job.sweep.dir) if job is not None else None)
     reset_data_warnings()
     try:
         yield

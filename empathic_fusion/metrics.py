@@ -190,6 +190,14 @@ def aggregate_by_rating(pred: torch.Tensor, target: torch.Tensor,
     return mean_pred, first_target, ids
 
 
+def split_predictions(pred: torch.Tensor, target: torch.Tensor, rating_index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A split's window predictions with their targets and ratings, and the per-rating means (what the reports
+    and the rating-level metrics read)."""
+    rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating_index)
+    return {"window_pred": pred, "window_target": target, "window_rating": rating_index,
+            "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
+
+
 def format_table(rows: dict[str, dict[str, float]], scale: float = 1.0,
                  metrics: tuple[str, ...] = METRIC_NAMES) -> str:
     """Markdown table (pandas + tabulate) with the paper's column symbols; scale=100 gives the paper's x100 display."""

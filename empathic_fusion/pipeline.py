@@ -7,7 +7,6 @@ from typing import Any
 
 import hydra
 import lightning as L
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from empathic_fusion.config import ConfigError, validate
@@ -20,7 +19,7 @@ from empathic_fusion.datamodules.setup_cache import sweep_scope
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
 from empathic_fusion.models.checkpoints import check_resumable, load_module
 from empathic_fusion.utils.job_timings import TimingCallback, job_timings, timed
-from empathic_fusion.utils.multirun import in_multirun
+from empathic_fusion.utils.multirun import multirun_job
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
 from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
@@ -84,8 +83,8 @@ def train(cfg: DictConfig, extra_callbacks: list[L.Callback] | None = None) -> d
     out_dir = Path(cfg.paths.output_dir)
     if (skipped := skip_incompatible_cell(cfg, out_dir)) is not None:  # a sweep grid cell the model cannot run
         return skipped
-    hydra_cfg = HydraConfig.get() if in_multirun() and cfg.grid.share_setup else None  # jobs share the data's set-up
-    sweep = (str(hydra_cfg.sweep.dir), str(hydra_cfg.job.num)) if hydra_cfg is not None else (None, "")
+    job = multirun_job() if cfg.grid.share_setup else None  # a multirun's jobs share their data's set-up
+    sweep = (str(job.sweep.dir), str(job.job.num)) if job is not None else (None, "")
     with job_timings(out_dir) as timings, sweep_scope(*sweep):
         return _train(cfg, out_dir, [TimingCallback(timings), *(extra_callbacks or [])])
 

@@ -33,8 +33,8 @@ from empathic_fusion.evaluation.plots import (
     save_figure,
     session_timelines,
 )
-from empathic_fusion.metrics import (METRIC_NAMES, aggregate_by_rating, choose_threshold, empathy_metrics, format_table,
-                                     model_loss)
+from empathic_fusion.metrics import (METRIC_NAMES, choose_threshold, empathy_metrics, format_table, model_loss,
+                                     split_predictions)
 
 log = logging.getLogger(__name__)
 MSE_SCALE = "rating"  # test_metrics.json "mse_scale": MSE and MAE are on the rating (label) scale; reports before it
@@ -67,10 +67,7 @@ def predict_loader(model: torch.nn.Module, loader, fields: tuple[str, ...] = ("t
 def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
     """Window predictions, targets and rating indices of a split (the model in eval mode, no logging)."""
     predicted = predict_loader(model, loader, ("target", "rating_index"))
-    pred, target, rating = predicted["pred"], predicted["target"].float(), predicted["rating_index"].long()
-    rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
-    return {"window_pred": pred, "window_target": target, "window_rating": rating,
-            "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
+    return split_predictions(predicted["pred"], predicted["target"].float(), predicted["rating_index"].long())
 
 
 def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame,

@@ -36,7 +36,7 @@ from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.datamodules.protocol import FusionData, GathersInStep
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
-from empathic_fusion.metrics import aggregate_by_rating, empathy_metrics
+from empathic_fusion.metrics import empathy_metrics, split_predictions
 from empathic_fusion.models.base import EmpathyLightningModule
 from empathic_fusion.models.components.heads import make_head
 from empathic_fusion.models.step_graph import GraphedStep, rate_on_device, refusal
@@ -225,10 +225,7 @@ class EmpathyModule(EmpathyLightningModule):
         if (saved is None or saved["precision"] not in FULL_PRECISION
                 or saved["data"] != canonical_hash(datamodule.describe())):
             return None
-        pred, target, rating = saved["window_pred"], saved["window_target"], saved["window_rating"]
-        rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
-        return {"window_pred": pred, "window_target": target, "window_rating": rating,
-                "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
+        return split_predictions(saved["window_pred"], saved["window_target"], saved["window_rating"])
 
     def _step(self, batch: dict, stage: str, batch_idx: int) -> torch.Tensor:
         pred = self(batch)
@@ -331,10 +328,10 @@ class EmpathyModule(EmpathyLightningModule):
             raise FloatingPointError(f"{stage}: {bad} of {len(pred)} window predictions are NaN/Inf. The inputs or "
                                      "the weights hold non-finite values: run `python extract.py verify=true` to "
                                      "check the feature store, or lower the learning rate")
-        rating_pred, rating_target, ids = aggregate_by_rating(pred, target, rating)
+        predictions = split_predictions(pred, target, rating)
         half_range = self.rating_scale.half_range  # MSE and MAE on the rating scale; `{stage}/loss` is the model's
-        levels = {"window": empathy_metrics(pred, target, self.threshold, half_range=half_range),
-                  "rating": empathy_metrics(rating_pred, rating_target, self.threshold, half_range=half_range)}
+        levels = {level: empathy_metrics(predictions[f"{level}_pred"], predictions[f"{level}_target"], self.threshold,
+                                         half_range=half_range) for level in ("window", "rating")}
         self.results[stage] = levels
         for level, values in levels.items():
             self.log_dict({f"{stage}/{level}/{k}": v for k, v in values.items()}, prog_bar=False)
@@ -342,8 +339,7 @@ class EmpathyModule(EmpathyLightningModule):
             self._validated = (self.trainer.global_step, {"window_pred": pred, "window_target": target,
                                                           "window_rating": rating})
         if stage == "test":
-            self.test_predictions = {"window_pred": pred, "window_target": target, "window_rating": rating,
-                                     "rating_pred": rating_pred, "rating_target": rating_target, "rating_index": ids}
+            self.test_predictions = predictions
 
     def evaluation_datamodule(self, data_overrides: dict[str, Any], features_overrides: dict[str, Any],
                               split: str, test_csv: str | None = None,

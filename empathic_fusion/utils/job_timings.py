@@ -64,16 +64,19 @@ class JobTimings:
     def add(self, name: str, seconds: float, count: int = 0) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
         if count:
-            self.counts[name] = self.counts.get(name, 0) + count
+            self.count(name, count)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + n
 
     @contextmanager
-    def span(self, name: str, count: int = 0) -> Iterator[None]:
+    def span(self, name: str) -> Iterator[None]:
         began = time.perf_counter()
         try:
             yield
         finally:
             _synchronize()
-            self.add(name, time.perf_counter() - began, count)
+            self.add(name, time.perf_counter() - began)
 
     def record(self, first_in_process: bool) -> dict[str, Any]:
         """The job's spans (seconds), counts, its total and, for a process's first job, the process's start."""
@@ -153,13 +156,13 @@ class TimingCallback(L.Callback):
         self._start("train_epoch")
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        self.timings.counts["train_steps"] = self.timings.counts.get("train_steps", 0) + 1
+        self.timings.count("train_steps")  # timed per epoch
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _synchronize()
         seconds = time.perf_counter() - self._began.pop("train_epoch")
         self.timings.add("train_steps", seconds - self._inside_epoch)
-        self.timings.counts["epochs"] = self.timings.counts.get("epochs", 0) + 1
+        self.timings.count("epochs")
         self._inside_epoch = 0.0
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

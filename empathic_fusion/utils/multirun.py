@@ -72,6 +72,11 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def multirun_job() -> DictConfig | None:
+    """Hydra's config of this multirun job (its sweep folder, job number, overrides); None outside a multirun."""
+    return HydraConfig.get() if in_multirun() else None
+
+
 def failure_path(sweep_dir: Path | str, job_num: int) -> Path:
     """Where a sweep job's failure is recorded."""
     return Path(sweep_dir) / FAILURES_DIR / f"{int(job_num)}.json"
@@ -104,7 +109,7 @@ def run_job(task: Callable[[DictConfig], dict[str, Any]], cfg: DictConfig) -> fl
 def sweep_job(task: Callable[[DictConfig], T], cfg: DictConfig) -> T | None:
     """Run `task(cfg)` and return what it returns; in a multirun a job that raises is recorded in the
     sweep folder and returns None, so the other jobs still run (a single run still raises)."""
-    hydra_cfg = HydraConfig.get() if in_multirun() else None
+    hydra_cfg = multirun_job()
     if hydra_cfg is not None:  # the sweep run again: this job's earlier failure record gives way to this run's outcome
         failure_path(hydra_cfg.sweep.dir, hydra_cfg.job.num).unlink(missing_ok=True)
     try:
