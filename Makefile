@@ -2,6 +2,7 @@
 #   make train   # venv + install, then train on the demo data (generated on first use)
 #   make test    # venv + install, then the test suite
 #   make reproduce  # the README demo command end to end, checked against docs/results/demo.md
+#   make slurm-check  # sweeps on a one-node SLURM cluster it starts and stops (root or sudo; docs/scaling.md)
 #   make test-fast  # the suite without the slow, browser and GPU tests (under 2 minutes on 2 cores)
 #   make results    # every file in docs/results/ again, from its benchmark (hours: see the target)
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install train test test-fast reproduce results serve clean-data
+.PHONY: install train test test-fast reproduce slurm-check results serve clean-data
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,13 @@ test: $(STAMP)
 # docs/results/demo.md; it generates the demo and extracts its features into data/ when they are not there
 reproduce: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m reproduction $(ARGS)
+
+# A one-node SLURM cluster from Debian's packages (scripts/slurm_cluster.sh), the tests marked slurm against it
+# (the paper's demo grid, a cancelled job, a lost launcher, an impossible request, a preempted job, extraction
+# shards), then the daemons stopped, also when a test fails
+slurm-check: $(STAMP)
+	bash scripts/slurm_cluster.sh start
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m slurm $(ARGS); status=$$?; bash scripts/slurm_cluster.sh stop; exit $$status
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not slow and not browser and not gpu" $(ARGS)

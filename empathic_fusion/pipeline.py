@@ -19,8 +19,9 @@ from empathic_fusion.datamodules.setup_cache import sweep_scope
 from empathic_fusion.models.base import build_datamodule, build_module, set_up
 from empathic_fusion.models.checkpoints import check_resumable, load_module
 from empathic_fusion.utils.job_timings import TimingCallback, job_timings, timed
-from empathic_fusion.utils.multirun import multirun_job
+from empathic_fusion.utils.multirun import multirun_job, write_failure_list
 from empathic_fusion.utils.loggers import finish_loggers, log_run_metadata, run_metadata
+from empathic_fusion.utils.preemption import job_ended_well
 from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,8 @@ def _train(cfg: DictConfig, out_dir: Path, extra_callbacks: list[L.Callback]) ->
                     results = module_report(model, datamodule, out_dir, _container(cfg.evaluation), trainer.loggers)
             results["best_checkpoint"] = best
         results.update(validation=validation, best_validation=best_validation, global_step=trainer.global_step)
+        if cfg.train and cfg.test:  # nothing left to resume: a grid removes last.ckpt (callbacks.preemption)
+            job_ended_well(trainer)
         failed = False
     finally:
         finish_loggers(trainer.loggers, failed)
@@ -178,10 +181,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(["give exactly one of ckpt_path=<file.ckpt>, sweep_dir=<multirun folder> or "
                            "judge=llm_judge (with +data=<text data>)"])
     out_dir = Path(cfg.paths.output_dir)
-    if cfg.sweep_dir:
+    if cfg.sweep_dir:  # the tables and the failure list into the sweep folder, as when the sweep ended
         tables = cfg.tables
-        result = evaluate_sweep(cfg.sweep_dir, cfg.out_dir or out_dir, tuple(tables.metrics), float(tables.scale),
-                                int(tables.decimals), bool(tables.plots))
+        write_failure_list(cfg.sweep_dir)
+        result = evaluate_sweep(cfg.sweep_dir, cfg.out_dir or cfg.sweep_dir, tuple(tables.metrics),
+                                float(tables.scale), int(tables.decimals), bool(tables.plots))
         for level, paths in result["paths"].items():
             print(f"\n{level}-level results ({cfg.sweep_dir}):\n{paths['md'].read_text()}")
         if result["robustness"] is not None:

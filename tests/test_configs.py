@@ -212,8 +212,10 @@ def test_paper_grid_experiments_sweep_the_grid_and_end_with_tables(experiment, s
     assert params.modality.split(",") == ["t", "v+a", "v+t", "a+t", "v+a+t"] and params.seed == "1,2,3"
     # a subset's jobs follow each other (the first parameter varies slowest), so they share its data's set-up
     assert list(params) == ["modality", "model", "seed"] and cfg.grid.share_setup
-    # the lean report and the best checkpoint only; the full report of a cell comes from its checkpoint afterwards
-    assert cfg.evaluation.bootstrap == 0 and not cfg.evaluation.missing_modalities and cfg.callbacks.last_checkpoint is None
+    # the lean report and the best checkpoint only (last.ckpt, to resume a preempted job, is removed at the job's
+    # end); the full report of a cell comes from its checkpoint afterwards
+    assert cfg.evaluation.bootstrap == 0 and not cfg.evaluation.missing_modalities
+    assert cfg.callbacks.last_checkpoint is not None and cfg.callbacks.preemption.remove_last_at_end
     assert set(params.model.split(",")) <= set(_options("model")) and set(params.modality.split(",")) <= set(_options("modality"))
     assert cfg.hydra.callbacks.paper_tables._target_ == "empathic_fusion.evaluation.sweep.PaperTablesCallback"
     hydra.utils.instantiate(cfg.hydra.callbacks.paper_tables)

@@ -121,7 +121,8 @@ def test_shards_expand_to_one_job_each_and_merge_by_hand(tmp_path):
         assert compose("extract", return_hydra_config=True).hydra.sweeper.params.shard == "null"
         slurm = compose("extract", overrides=["hydra/launcher=extract_slurm", "workers=6"], return_hydra_config=True)
         assert slurm.hydra.launcher.gpus_per_node == 0 and slurm.hydra.launcher.cpus_per_task == 6
-        assert type(instantiate(slurm.hydra.launcher)).__name__ == "SlurmLauncher"
+        assert slurm.hydra.launcher.mem_gb == 4 + 2 * 6  # a base and 2 GB per worker
+        assert type(instantiate(slurm.hydra.launcher)).__name__ == "SweepSlurmLauncher"
         merge = compose("extract", overrides=["merge=true", f"data.store_dir={tmp_path / 'store'}"])
     store = FeatureStore(tmp_path / "store")
     store.write_failures([{"session_id": "b", "branch": "audio", "error": "broken"}], (1, 3))

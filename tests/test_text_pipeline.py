@@ -155,8 +155,11 @@ def test_multirun_over_folds_records_a_failing_job_and_builds_sweep_tables(run, 
                              f"hydra.run.dir={tmp_path / 'tables'}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
                             timeout=200)
     assert tables.returncode == 0, tables.stderr[-3000:]
-    table = (tmp_path / "tables" / "paper_table_rating.md").read_text()
+    table = (sweep / "paper_table_rating.md").read_text()  # the sweep's tables go into its folder
     assert "TextRegressor" in table and "TF-IDF + ridge" in table and "training mean" in table
+    # and say which job has no results, and why
+    assert "1 job(s) of the sweep have no results" in table and "data.cv_fold=7: must be in 0..2" in table
+    assert json.loads((sweep / "failures.json").read_text())[0]["job"] == 1
 
 
 def test_optuna_searches_a_text_model_on_a_validation_metric(run, tmp_path):

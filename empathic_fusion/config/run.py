@@ -99,7 +99,8 @@ class EvaluateRunConfig(EntryPointConfig):
     task_name: str = "evaluate"
     ckpt_path: Optional[str] = None              # one checkpoint (fusion or text) ...
     sweep_dir: Optional[str] = None              # ... or one sweep directory
-    out_dir: Optional[str] = None                # the run's folder: its tables and plots (null = logs/evaluate/runs/<time>)
+    out_dir: Optional[str] = None                # the run's folder: its tables and plots (null = logs/evaluate/runs/<time>;
+    #                                              with sweep_dir, its tables go into the sweep folder)
     split: str = "test"                          # test | val
     test_csv: Optional[str] = None               # text checkpoint: score every row of this table (same columns)
     tables: SweepTablesConfig = field(default_factory=SweepTablesConfig)

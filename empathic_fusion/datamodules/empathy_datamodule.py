@@ -33,7 +33,7 @@ from empathic_fusion.dataset import TRAIT_COLUMNS, EmpathyDataset, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale
 from empathic_fusion.datamodules import setup_cache
 from empathic_fusion.datamodules.frame_cache import frame_arrays_on_disk
-from empathic_fusion.datamodules.sampler import RatingOversampler, _world
+from empathic_fusion.datamodules.sampler import RatingOversampler, ResumableLoader, _world, shuffled_windows
 from empathic_fusion.datamodules.statistics import normalisation_stats
 from empathic_fusion.datamodules.splits import (TooFewParticipantsError, check_participants, load_or_create_split,
                                                participant_folds)
@@ -481,12 +481,13 @@ class EmpathyDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         return trainer.strategy.root_device if trainer is not None else torch.device("cpu")
 
-    def _loader(self, split: str, windows, **kwargs) -> DataLoader:
-        """`windows`: the index sampler (None: in order); batched loaders wrap it into index batches."""
+    def _loader(self, split: str, windows, loader: type[DataLoader] = DataLoader) -> DataLoader:
+        """`windows`: the index sampler (None: in order); batched loaders wrap it into index batches. `loader`: the
+        DataLoader class (the training split's is a ResumableLoader)."""
         data = self.datasets[split]
         if isinstance(data, WindowDataset):
-            return DataLoader(data, batch_size=self.batch_size, num_workers=self.num_workers,
-                              persistent_workers=self.num_workers > 0, sampler=windows, **kwargs)
+            return loader(data, batch_size=self.batch_size, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0, sampler=windows)
         device = self._training_device()
         where = self.frames.device
         for dataset in self.datasets.values():
@@ -494,11 +495,10 @@ class EmpathyDataModule(L.LightningDataModule):
         workers = self.num_workers if where.type == "cpu" else 0  # gathers on the device run in this process
         if windows is None:
             world, rank = _world()
-            windows = DistributedSampler(range(len(data)), num_replicas=world, rank=rank,
-                                         shuffle=kwargs.get("shuffle", False), seed=self.seed)
-        return DataLoader(data, sampler=IndexBatchSampler(windows, self.batch_size, device=where), batch_size=None,
-                          num_workers=workers, persistent_workers=workers > 0,
-                          pin_memory=where.type == "cpu" and device.type == "cuda")
+            windows = DistributedSampler(range(len(data)), num_replicas=world, rank=rank, shuffle=False, seed=self.seed)
+        return loader(data, sampler=IndexBatchSampler(windows, self.batch_size, device=where), batch_size=None,
+                      num_workers=workers, persistent_workers=workers > 0,
+                      pin_memory=where.type == "cpu" and device.type == "cuda")
 
     def gather_training_batches_in_step(self) -> Callable[[torch.Tensor], dict] | None:
         """From now on the train loader yields {"window": positions} (on the frame arrays' device) and the
@@ -511,14 +511,15 @@ class EmpathyDataModule(L.LightningDataModule):
         log.info("the training step gathers its batches from the frame arrays on %s", self.frames.device)
         return data.batch
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ResumableLoader:
+        """The training windows in a seeded order (balanced by rating, or a plain shuffle), from a loader whose
+        place in the epoch a mid-epoch checkpoint keeps (sampler.py ResumableLoader)."""
         data = self.datasets["train"]
-        if self.oversample:
-            loader = self._loader("train", RatingOversampler(np.round(data.ratings).astype(int), seed=self.seed))
-        else:
-            loader = self._loader("train", None, shuffle=True)
+        order = (RatingOversampler(np.round(data.ratings).astype(int), seed=self.seed) if self.oversample
+                 else shuffled_windows(len(data), self.seed))
+        loader = self._loader("train", order, ResumableLoader)
         if self.gather_in_step:  # the same sampler and batches, as positions: the step gathers them
-            return DataLoader(WindowPositions(data), sampler=loader.sampler, batch_size=None)
+            return ResumableLoader(WindowPositions(data), sampler=loader.sampler, batch_size=None)
         return loader
 
     def val_dataloader(self) -> DataLoader:

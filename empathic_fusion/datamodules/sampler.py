@@ -5,15 +5,21 @@ Under DDP every process builds the same epoch order (same seed and epoch) and ke
 `num_replicas`-th position starting at its rank, so a distributed epoch sees each sampled window
 once across processes. Being a `DistributedSampler`, Lightning leaves it in place instead of
 wrapping it in one of its own (which would pad the shards with repeated windows).
+
+Both training orders (the oversampler and the plain shuffle) are `ResumableSampler`s and the training
+loader is a `ResumableLoader`: Lightning saves the loader's place in the epoch with a mid-epoch checkpoint
+and a run resumed from it trains the rest of that epoch, in the same order (utils/preemption.py).
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.utils.data import DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def oversampled_indices(classes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -37,7 +43,48 @@ def _world() -> tuple[int, int]:
     return 1, 0
 
 
-class RatingOversampler(DistributedSampler):
+class ResumableSampler(DistributedSampler):
+    """A `DistributedSampler` whose place in an epoch is a small state, so a run resumed mid-epoch draws the
+    rest of that epoch's order: `state_dict()` (the epoch under way, the seed and the positions of the epoch's
+    whole order taken so far, across processes) and `load_state_dict()` in a fresh sampler, whose next
+    iteration then starts there. The order itself is rebuilt from (seed, epoch), as DistributedSampler's is.
+    Counting positions of the whole order lets every rank start at the same place in its own shard."""
+
+    _begun: int | None = None  # the epoch of the order under way (None: none begun)
+    _taken = 0  # this process's positions of that order given out
+    _start = 0  # positions of this process's shard that the next iteration skips
+
+    def epoch_shard(self) -> list[int]:
+        """This process's positions of epoch `self.epoch`, in order (DistributedSampler's)."""
+        return list(super().__iter__())
+
+    def __iter__(self) -> Iterator[int]:
+        shard = self.epoch_shard()
+        self._begun, self._taken, self._start = self.epoch, min(self._start, len(shard)), 0
+        return self._given_out(shard[self._taken:])
+
+    def _given_out(self, positions: list[int]) -> Iterator[int]:
+        for position in positions:
+            self._taken += 1
+            yield position
+
+    def resume_from(self, taken: int) -> None:
+        """The next iteration starts after `taken` positions of the epoch's whole order (all processes')."""
+        self._start = int(taken) // self.num_replicas
+
+    def state_dict(self) -> dict[str, int]:
+        epoch = self.epoch if self._begun is None else self._begun
+        return {"epoch": int(epoch), "seed": int(self.seed), "taken": self._taken * self.num_replicas}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if int(state["seed"]) != self.seed:
+            raise ValueError(f"the saved training order has seed {state['seed']}, this sampler {self.seed}: "
+                             "a run resumes with the seed it was started with")
+        self.set_epoch(int(state["epoch"]))
+        self.resume_from(int(state["taken"]))
+
+
+class RatingOversampler(ResumableSampler):
     """Balanced, seeded, epoch-dependent order of training windows, sharded by rank under DDP.
 
     `num_replicas`/`rank` default to torch.distributed's world (1 and 0 without it). With several
@@ -71,10 +118,67 @@ class RatingOversampler(DistributedSampler):
         """The whole (unsharded) oversampled order of an epoch: identical in every process."""
         return oversampled_indices(self.classes, np.random.default_rng([self.seed, epoch]))
 
-    def __iter__(self) -> Iterator[int]:
+    def epoch_shard(self) -> list[int]:
         order = self.epoch_order(self.epoch)[: self.total_size]
+        return torch.as_tensor(order[self.rank:: self.num_replicas]).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        positions = super().__iter__()
         self.epoch += 1  # the next epoch reshuffles even when nobody calls set_epoch
-        return iter(torch.as_tensor(order[self.rank:: self.num_replicas]).tolist())
+        return positions
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def shuffled_windows(n: int, seed: int) -> ResumableSampler:
+    """The plain training shuffle: each epoch a permutation of the `n` windows drawn from (seed, epoch),
+    sharded by rank under DDP (DistributedSampler's order, which Lightning would otherwise put in its place)."""
+    world, rank = _world()
+    return ResumableSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=seed)
+
+
+class ResumableLoader(DataLoader):
+    """The training DataLoader, whose place in an epoch is part of every checkpoint: Lightning saves its
+    `state_dict()` and, when fit resumes mid-epoch, hands it to `load_state_dict()` before it makes the epoch's
+    iterator (lightning/pytorch/loops/fit_loop.py), which then yields exactly the batches the interrupted epoch
+    had not given out. It counts the batches it gave out, not the positions its sampler gave to prefetching
+    workers. With a `ResumableSampler` (directly, or under an index batch sampler with `batch_size=None`) the
+    sampler starts after them; any other sampler (one Lightning put in place, e.g. for overfit_batches) has its
+    first batches drawn and dropped."""
+
+    _given = 0  # batches the iteration under way gave out
+    _skip = 0  # batches the next iteration leaves out (a resumed epoch's)
+
+    def _order(self) -> tuple[ResumableSampler | None, int]:
+        """The resumable sampler under the batches (None: there is none) and the positions of a batch."""
+        sampler, per_batch = self.sampler, self.batch_size
+        if per_batch is None:  # the sampler yields whole batches of the order it wraps (IndexBatchSampler)
+            sampler, per_batch = getattr(sampler, "windows", None), getattr(sampler, "batch_size", 1)
+        return (sampler if isinstance(sampler, ResumableSampler) else None), int(per_batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        skip, self._skip = self._skip, 0
+        order, per_batch = self._order()
+        if order is not None:
+            order.resume_from(skip * per_batch * order.num_replicas)  # also 0: a fresh epoch starts at its start
+            batches = super().__iter__()
+        else:
+            batches = islice(super().__iter__(), skip, None)
+        self._given = skip
+        return self._counted(batches)
+
+    def _counted(self, batches: Iterable[Any]) -> Iterator[Any]:
+        for batch in batches:
+            self._given += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        order, _ = self._order()
+        return {"batches": self._given, "order": order.state_dict() if order is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        order, _ = self._order()
+        if order is not None and state.get("order") is not None:
+            order.load_state_dict(state["order"])
+        self._skip = int(state["batches"])

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.tables import NO_REFERENCE, aggregate_runs, model_display_name, write_tables
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS
-from empathic_fusion.utils.multirun import failed_run_dirs
+from empathic_fusion.utils.multirun import collect_failures, failed_run_dirs
+from empathic_fusion.utils.slurm_jobs import queue_states, sweep_jobs
 
 log = logging.getLogger(__name__)
 LEVELS = ("window", "rating")
@@ -151,14 +152,43 @@ def skip_incompatible_cell(cfg: DictConfig, out_dir: Path) -> dict[str, Any] | N
     return entry
 
 
+def missing_jobs(sweep_dir: Path | str) -> list[dict[str, Any]]:
+    """The sweep's jobs without results: each recorded failure, and each job a SLURM launch listed
+    (`jobs.json`) whose run folder holds no results, with what SLURM's queue says of it."""
+    sweep_dir = Path(sweep_dir)
+    missing = {r["job"]: {"job": r["job"], "overrides": r["overrides"], "why": r["error"]}
+               for r in collect_failures(sweep_dir)}
+    unfinished = [j for j in sweep_jobs(sweep_dir) if j["job"] not in missing
+                  and not any((sweep_dir / str(j["job"]) / name).is_file() for name in ("test_metrics.json", "skipped.json"))]
+    states = queue_states([j["slurm_job_id"] for j in unfinished if j.get("slurm_job_id")]) if unfinished else {}
+    for job in unfinished:
+        state = (states or {}).get(job.get("slurm_job_id", ""))
+        why = (f"still in SLURM's queue ({state[0]})" if state else
+               f"no results: it ended without them (its log: {job.get('stderr', '?')})" if states is not None else
+               f"no results (its log: {job.get('stderr', '?')})")
+        missing[job["job"]] = {"job": job["job"], "overrides": job["overrides"], "why": why}
+    return [missing[k] for k in sorted(missing)]
+
+
+def missing_note(missing: list[dict[str, Any]]) -> str:
+    """Markdown lines under a table: which jobs (cells) it lacks and why."""
+    if not missing:
+        return ""
+    lines = [f"- job {m['job']} ({' '.join(m['overrides'])}): {m['why']}" for m in missing]
+    return f"\nMissing from this table: {len(missing)} job(s) of the sweep have no results.\n\n" + "\n".join(lines) + "\n"
+
+
 def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
                    metrics: tuple[str, ...] = METRIC_NAMES, scale: float = 100.0, decimals: int = 1,
                    plots: bool = True) -> dict[str, Any]:
-    """Write `paper_table_<level>.{md,tex,csv}`, `runs.csv`, (optionally) ablation plots and, when jobs hold a
-    missing-modality summary, `robustness_table.md` and `robustness_runs.csv`; return the summaries and paths."""
+    """Write `paper_table_<level>.{md,tex,csv}` (the markdown ends with the jobs that have no results, and why),
+    `runs.csv`, (optionally) ablation plots and, when jobs hold a missing-modality summary, `robustness_table.md`
+    and `robustness_runs.csv`; return the summaries, paths and missing jobs."""
     sweep_dir = Path(sweep_dir)
     out_dir = Path(out_dir) if out_dir else sweep_dir
     runs = collect_runs(sweep_dir)
+    missing = missing_jobs(sweep_dir)
+    note = missing_note(missing)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs.to_csv(out_dir / "runs.csv", index=False)
     scenarios = sorted(runs["scenario"].unique())
@@ -172,6 +202,9 @@ def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
         caption = (f"Empathy prediction ({', '.join(scenarios).replace('_', ' ')}), {level}-level, mean $\\pm$ std over {spread}; "
                    f"scores x{scale:g}; MSE on the rating scale. Best per column bold, second underlined.")
         written[level] = write_tables(summary, out_dir / f"paper_table_{level}", metrics, scale, decimals, caption)
+        if note:
+            with written[level]["md"].open("a") as table:
+                table.write(note)
         summaries[level] = summary
         if plots:
             from empathic_fusion.evaluation.plots import modality_ablation, save_figure
@@ -197,7 +230,8 @@ def evaluate_sweep(sweep_dir: Path | str, out_dir: Path | str | None = None,
     for entry in skipped:
         log.info("skipped cell: %s", entry.get("reason"))
     log.info("tables written: %s", {k: str(v["md"]) for k, v in written.items()})
-    return {"summaries": summaries, "paths": written, "runs": runs, "skipped": skipped, "robustness": robustness_md}
+    return {"summaries": summaries, "paths": written, "runs": runs, "skipped": skipped, "robustness": robustness_md,
+            "missing": missing}
 
 
 class PaperTablesCallback(Callback):

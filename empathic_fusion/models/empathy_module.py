@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 PROVENANCE = ("feature_manifest_hash", "split_hash", "window_frames", "dataset")  # from the datamodule, when given
 STATS_KEY = "empathic_fusion_normalization"  # training-split mean/std per modality, to score new clips
 VAL_PREDICTIONS_KEY = "empathic_fusion_validation_predictions"  # the validation split's, by the checkpoint's weights
+DROPOUT_STATE_KEY = "empathic_fusion_modality_dropout_state"  # modality dropout's generator: a resumed run goes on
 FULL_PRECISION = ("32-true", "64-true")  # validation predictions made at these equal the report's own pass
 
 
@@ -99,6 +100,7 @@ class EmpathyModule(EmpathyLightningModule):
             warnings.warn(f"model.modality_dropout={modality_dropout} with the one modality {self.modalities}: "
                           "nothing can be dropped, training without modality dropout", stacklevel=2)
         self.dropout_generator: torch.Generator | None = None
+        self._saved_dropout_state: torch.Tensor | None = None  # a resumed checkpoint's, taken at the training start
         self.compile_settings = {"mode": compile_mode, "backend": compile_backend} if compile else None
         self.__dict__["_compiled"] = None  # the compiled scorer, made on first use (not a submodule: same state dict)
         self.step_graph = bool(step_graph)  # the whole training step as one CUDA graph (models/step_graph.py)
@@ -207,6 +209,8 @@ class EmpathyModule(EmpathyLightningModule):
                 and self.trainer.world_size == 1):  # the weights saved are those that made the last validation's
             checkpoint[VAL_PREDICTIONS_KEY] = {"data": canonical_hash(self.data_description),
                                                "precision": str(self.trainer.precision), **self._validated[1]}
+        if self.dropout_generator is not None:
+            checkpoint[DROPOUT_STATE_KEY] = self.dropout_generator.get_state()
         for state in checkpoint.get("optimizer_states", []):  # a captured step's rate is a device tensor
             for group in state.get("param_groups", []):
                 if isinstance(group.get("lr"), torch.Tensor):
@@ -216,6 +220,7 @@ class EmpathyModule(EmpathyLightningModule):
         super().on_load_checkpoint(checkpoint)
         self.normalization = dict(checkpoint.get(STATS_KEY) or {})
         self.saved_val_predictions = checkpoint.get(VAL_PREDICTIONS_KEY)
+        self._saved_dropout_state = checkpoint.get(DROPOUT_STATE_KEY)
 
     def validation_predictions(self, datamodule: FusionData) -> dict[str, torch.Tensor] | None:
         """The validation split's predictions saved with the loaded checkpoint by its own weights, when they were
@@ -251,6 +256,9 @@ class EmpathyModule(EmpathyLightningModule):
     def on_train_start(self) -> None:
         if self.modality_dropout:  # its own stream: the global one (shuffling, dropout) draws as without it
             self.dropout_generator = torch.Generator().manual_seed(torch.initial_seed() + self.global_rank)
+            if self._saved_dropout_state is not None:  # resumed: where the interrupted run's stream was
+                self.dropout_generator.set_state(self._saved_dropout_state)
+                self._saved_dropout_state = None
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor | None:
         if not self.automatic_optimization:

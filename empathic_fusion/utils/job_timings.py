@@ -151,6 +151,9 @@ class TimingCallback(L.Callback):
             trainer.save_checkpoint = self._save
             self._save = None
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.on_train_epoch_start(trainer, pl_module)  # a fit resumed mid-epoch gets no start of that epoch
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._inside_epoch = 0.0
         self._start("train_epoch")

@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import traceback
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,11 +27,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 log = logging.getLogger(__name__)
-
-# conf/hydra/launcher/submitit_{slurm,local}.yaml keep the plugin's names (hydra/launcher=submitit_slurm)
-# and are meant to be checked against its schema; Hydra warns about that matching on every run.
-warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/submitit_(slurm|local)' is validated against ConfigStore",
-                        category=UserWarning)
 
 FAILURES_DIR = "failures"
 FAILURES_FILE = "failures.json"
@@ -132,19 +126,26 @@ def collect_failures(sweep_dir: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r["job"])
 
 
+def write_failure_list(sweep_dir: Path | str) -> list[dict[str, Any]]:
+    """`<sweep dir>/failures.json` from the jobs' failure records (removed when there are none: a list left by an
+    earlier run of the sweep is gone with its failures); logs them and returns them."""
+    sweep_dir = Path(sweep_dir)
+    failures = collect_failures(sweep_dir)
+    if not failures:
+        (sweep_dir / FAILURES_FILE).unlink(missing_ok=True)
+        return []
+    summary = [{k: r[k] for k in ("job", "overrides", "error")} for r in failures]
+    (sweep_dir / FAILURES_FILE).write_text(json.dumps(summary, indent=1))
+    lines = "\n".join(f"  job {r['job']} ({' '.join(r['overrides'])}): {r['error']}" for r in summary)
+    log.error("%d job(s) of the sweep failed (details in %s):\n%s", len(summary), sweep_dir / FAILURES_FILE, lines)
+    return summary
+
+
 class FailureReport(Callback):
     """At the end of a multirun, list the failed jobs in `<sweep dir>/failures.json` and the log."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        failures = collect_failures(sweep_dir)
-        if not failures:  # none now: a list left by an earlier run of the sweep is gone with its failures
-            (sweep_dir / FAILURES_FILE).unlink(missing_ok=True)
-            return
-        summary = [{k: r[k] for k in ("job", "overrides", "error")} for r in failures]
-        (sweep_dir / FAILURES_FILE).write_text(json.dumps(summary, indent=1))
-        lines = "\n".join(f"  job {r['job']} ({' '.join(r['overrides'])}): {r['error']}" for r in summary)
-        log.error("%d job(s) of the sweep failed (details in %s):\n%s", len(summary), sweep_dir / FAILURES_FILE, lines)
+        write_failure_list(Path(str(config.hydra.sweep.dir)))
 
 
 class SweepSummary(Callback):

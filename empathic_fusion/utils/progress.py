@@ -21,6 +21,9 @@ class EpochLines(L.Callback):
         if not self.interactive and trainer.progress_bar_callback is not None:
             trainer.progress_bar_callback.disable()
 
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._started = time.perf_counter()  # a fit resumed mid-epoch gets no start of that epoch
+
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._started = time.perf_counter()
 

@@ -64,6 +64,9 @@ def set_verbosity(show_third_party: bool) -> None:
     if not show_third_party:
         for category in (DeprecationWarning, FutureWarning):  # about the libraries' own code, not the user's
             warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY_MODULES)
+        # Lightning's hint on any machine with srun, for every single-process run (SLURM jobs of a sweep run
+        # under srun already: hydra/launcher=submitit_slurm)
+        warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
         # the encoder's "Loading weights" bars (read at import; set for workers too)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         if "huggingface_hub" in sys.modules:
