@@ -4,18 +4,22 @@ MSE, QWK and macro-F1 as mean ± std over folds, whether each recipe wins on r, 
 many folds, the stack weights and held-out r of its experts, and the time per fold.
 
 The recipes (`--recipes`, default all but the GPU one):
-- default: the CPU default (conf/model/text_regressor.yaml): TF-IDF ridge and representation experts,
-  a ridge per field on the last 1, 2 and 4 layers' pooled MiniLM vectors, weighed by the stack;
-- constant: the earlier CPU default, one embedding ridge per field on the last layer alone;
-- mpnet: the CPU default over all-mpnet-base-v2 (`empathic-encoders install mpnet`; its row says so
-  when it is not installed);
+- default: the CPU default as shipped (conf/model/text_regressor.yaml): TF-IDF ridge and representation
+  experts, a ridge per field on the last 1, 2, 4 and all layers' pooled vectors, weighed by the stack,
+  each penalty grid widened past an end its best penalty sits at, over the strongest installed encoder
+  (model_path=auto: all-mpnet-base-v2 when `empathic-encoders install mpnet` ran, else MiniLM);
+- minilm: the same on the packaged MiniLM (what a machine without mpnet runs; left out when the
+  default already runs MiniLM);
+- round3: the previous CPU default: MiniLM, the last 1, 2 and 4 layers, the fixed penalty grid;
+- constant: the earliest CPU default, one embedding ridge per field on MiniLM's last layer alone;
 - finetune: the GPU recipe (experiment=text_empathetic_exchanges_finetune: the default stack plus a
   cross-fitted fine-tuned encoder expert). With `--finetune` it runs on the same folds (on a CPU with
   reduced settings, `--finetune-overrides`, which its label then says); without, its row is marked
   unmeasured.
-The time of the default against the constant recipe is their median seconds per fold (the first fold
-also encodes the table); the cold encoding of the table's first texts, MiniLM with and without the
-kept layers and mpnet, each in a fresh process, gives seconds and peak memory side by side.
+The time of the default (and minilm) against the round3 recipe is their median seconds per fold (the
+first fold also encodes the table); the cold encoding of the table's first texts, MiniLM with and
+without the kept layers and mpnet with all of its layers, each in a fresh process, gives seconds and
+peak memory side by side (the encoding is apart from the fit time: it is cached on disk once).
 
     python benchmarks/empathetic_exchanges.py [hydra overrides for every recipe]
     python benchmarks/empathetic_exchanges.py --recipes default,constant
@@ -49,7 +53,8 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
 from empathic_fusion.utils import CONFIG_DIR  # noqa: E402  (also registers the project_root resolver)
-from empathic_fusion.core.packaged_encoders import is_installed  # noqa: E402
+from empathic_fusion.core.packaged_encoders import AUTO, chosen_encoder, is_installed  # noqa: E402
+from empathic_fusion.core.sentence_encoder import encoder_name  # noqa: E402
 from empathic_fusion.evaluation.sweep import evaluate_sweep  # noqa: E402
 from empathic_fusion.pipeline import train  # noqa: E402
 from results import RESULTS_DIR, Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
@@ -57,18 +62,23 @@ from results import RESULTS_DIR, Measures, add_output_arguments, quiet_machine_g
 
 DEFAULT = "experiment=text_empathetic_exchanges"
 FINETUNE = "experiment=text_empathetic_exchanges_finetune"
-RECIPES = {"default": "CPU default (representation experts)", "constant": "earlier CPU default (last layer only)",
-           "mpnet": "CPU default on all-mpnet-base-v2", "finetune": "GPU recipe (stack + fine-tuned encoder)"}
-RECIPE_OVERRIDES = {"default": [], "constant": ["model.net.experts.1.layers=null"],
-                    "mpnet": ["model.net.encoder.model_path=mpnet"]}
-DISPLAY = ("constant", "default", "mpnet", "finetune")  # each recipe is compared with those above it
+RECIPES = {"default": "CPU default", "minilm": "CPU default on MiniLM",
+           "round3": "previous CPU default (MiniLM, last 1, 2 and 4 layers, fixed penalty grid)",
+           "constant": "earliest CPU default (MiniLM, last layer only)",
+           "finetune": "GPU recipe (stack + fine-tuned encoder)"}
+_MINILM = "model.net.encoder.model_path=null"
+_FIXED_GRID = ["++model.net.experts.0.widen_steps=0", "++model.net.experts.1.widen_steps=0"]
+RECIPE_OVERRIDES = {"default": [], "minilm": [_MINILM],
+                    "round3": [_MINILM, "model.net.experts.1.layers=[1,2,4]", *_FIXED_GRID],
+                    "constant": [_MINILM, "model.net.experts.1.layers=null", *_FIXED_GRID]}
+DISPLAY = ("constant", "round3", "minilm", "default", "finetune")  # each recipe is compared with those above it
 ENCODING_TEXTS = 2000  # texts encoded cold for the side-by-side encoding time
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every recipe's runs")
-    parser.add_argument("--recipes", default="default,constant,mpnet",
+    parser.add_argument("--recipes", default="default,minilm,round3,constant",
                         help=f"comma-separated, from {', '.join(r for r in RECIPES if r != 'finetune')} "
                              "(the default recipe always runs: the baselines come from its runs)")
     parser.add_argument("--finetune", action="store_true",
@@ -95,9 +105,10 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"--recipes: unknown {unknown}; known: {', '.join(RECIPE_OVERRIDES)}")
     unmeasured = {}
-    if "mpnet" in chosen and not is_installed("mpnet"):
-        chosen.remove("mpnet")
-        unmeasured["mpnet"] = "not installed here (`empathic-encoders install mpnet`)"
+    default_encoder = chosen_encoder(AUTO)
+    if "minilm" in chosen and default_encoder is None:
+        chosen.remove("minilm")  # the default runs MiniLM already: the same runs
+    labels_base = dict(RECIPES, default=f"CPU default ({encoder_name(AUTO)}, model_path=auto)")
     recipes = {name: [experiment, *common, *RECIPE_OVERRIDES[name]] for name in chosen}
     if args.finetune:
         recipes["finetune"] = [FINETUNE, *common, *shlex.split(args.finetune_overrides)]
@@ -116,8 +127,9 @@ def main(argv: list[str]) -> int:
     out_dir = args.run_dir or ROOT / "logs" / "benchmarks" / "empathetic_exchanges" / time.strftime("%Y-%m-%d_%H-%M-%S")
     start = time.time()
     changed = experiment != DEFAULT or bool(common)  # the recipes are not as shipped: say so in every label
-    labels = {name: label + (" with the command's overrides" if changed else "") for name, label in RECIPES.items()}
-    encoding = encoding_costs(base, "mpnet" in recipes) if "constant" in recipes else None
+    labels = {name: label + (" with the command's overrides" if changed else "")
+              for name, label in labels_base.items()}
+    encoding = encoding_costs(base, is_installed("mpnet")) if "round3" in recipes else None
     folds: dict[str, list[dict]] = {}
     seconds: dict[str, list[float]] = {}
     sweep_tables = []
@@ -135,8 +147,8 @@ def main(argv: list[str]) -> int:
         body += finetune_settings(configs["finetune"], device) + "\n\n"
     body += summary_table(folds, seconds, device, labels, {labels[k]: v for k, v in unmeasured.items()})
     body += "\n\n" + time_comparison(seconds, labels, encoding) + "\n\n" + "\n".join(sweep_tables)
-    if "constant" in recipes and not args.no_second_table:
-        body += "\n" + second_table(out_dir / "synthetic", common, args.jobs)
+    if "round3" in recipes and not args.no_second_table:
+        body += "\n" + second_table(out_dir / "synthetic", common, args.jobs, labels)
     print("\n" + body)
     title = "EmpatheticExchanges: text recipes against their baselines"
     write_results(args, title + (f", with the GPU recipe ({device.upper()})" if args.finetune else ""), body)
@@ -147,8 +159,8 @@ def main(argv: list[str]) -> int:
 SYNTHETIC = {"writers": 150, "turns": 4, "seed": 0}
 
 
-def second_table(out_dir: Path, common: list[str], jobs: int) -> str:
-    """The default against the constant recipe on a second table, the generated one of
+def second_table(out_dir: Path, common: list[str], jobs: int, labels: dict[str, str]) -> str:
+    """The default against the previous default (round3) on a second table, the generated one of
     empathic_fusion/text/synthetic.py (one text field, three labels from planted phrases, 5 folds
     grouped by writer): the representation experts must not hurt where words carry the signal."""
     from empathic_fusion.text.synthetic import make_text_table
@@ -160,24 +172,24 @@ def second_table(out_dir: Path, common: list[str], jobs: int) -> str:
             "data.label_columns=[cognitive,emotional,behavioral]", "data.group_column=writer", "data.cv_folds=5",
             "data.name=synthetic", "trainer.max_epochs=30"]
     folds, seconds = {}, {}
-    for name in ("default", "constant"):
+    for name in ("default", "round3"):
         seconds[name], folds[name] = run_recipe([*data, *common, *RECIPE_OVERRIDES[name]], list(range(5)),
                                                 out_dir / name, jobs)
     rows = SYNTHETIC["writers"] * SYNTHETIC["turns"]
     return (f"A second table: the generated one of empathic_fusion/text/synthetic.py ({SYNTHETIC['writers']} writers x "
             f"{SYNTHETIC['turns']} turns = {rows} rows, seed {SYNTHETIC['seed']}; one text field, the mean of three "
             "labels driven by planted phrases), 5 folds grouped by writer, the same two recipes:\n\n"
-            + summary_table(folds, seconds, "cpu", RECIPES) + "\n")
+            + summary_table(folds, seconds, "cpu", labels) + "\n")
 
 
-ENCODING_PROBES = (("MiniLM", None, 0), ("MiniLM", None, 4), ("mpnet", "mpnet", 4))
+ENCODING_PROBES = (("MiniLM", None, 4), ("MiniLM", None, 6), ("mpnet", "mpnet", 12))  # round3, minilm, default
 
 
 def encoding_costs(cfg, with_mpnet: bool) -> list[dict]:
     """Encoding the table's first ENCODING_TEXTS distinct texts with an empty cache, each probe in a
-    fresh process (so its peak memory is the encoder's and the texts'): MiniLM with the embeddings
-    alone (the constant recipe) and with the last 4 layers kept (the default), and mpnet as the
-    default reads it. Seconds and peak resident memory per probe."""
+    fresh process (so its peak memory is the encoder's and the texts'): MiniLM with its last 4 layers
+    kept (the previous default) and with all 6 (the default on MiniLM), and mpnet with all 12 (the
+    default where mpnet is installed). Seconds and peak resident memory per probe."""
     import hydra
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
@@ -214,19 +226,19 @@ def _encode_probe(encoder_cfg: dict, layers: int, texts: list[str]) -> tuple[flo
 
 
 def time_comparison(seconds: dict[str, list[float]], labels: dict[str, str], encoding: list[dict] | None) -> str:
-    """The default recipe's time against the constant one's (median seconds per fold and their ratio),
-    and the encoding probes side by side."""
+    """The default's (and minilm's) time against the previous default's (median seconds per fold, so the
+    first fold's encoding is left out, and their ratio), and the encoding probes side by side."""
     lines = []
-    if "constant" in seconds:
-        new, old = float(np.median(seconds["default"])), float(np.median(seconds["constant"]))
-        lines.append(f"Time: {labels['default']} {new:.0f} s per fold against {labels['constant']} {old:.0f} s "
-                     f"(median over folds, the embeddings cached): {new / old:.2f}x.")
+    for name in ("default", "minilm"):
+        if name in seconds and "round3" in seconds:
+            new, old = float(np.median(seconds[name])), float(np.median(seconds["round3"]))
+            lines.append(f"Time: {labels[name]} {new:.0f} s per fold against {labels['round3']} {old:.0f} s "
+                         f"(median over folds, the embeddings cached): {new / old:.2f}x.")
     if encoding:
         lines += ["", f"Encoding the table's first {encoding[0]['texts']} distinct texts with an empty cache, one "
                   "process each (peak resident memory: the encoder, the texts and the interpreter):", "",
                   "| encoder | layers kept | seconds | peak memory (GB) |", "|---|---|---|---|"]
-        lines += [f"| {p['encoder']} | {p['layers'] or 'none (embeddings alone)'} | {p['seconds']:.1f} | {p['peak_gb']:.2f} |"
-                  for p in encoding]
+        lines += [f"| {p['encoder']} | {p['layers']} | {p['seconds']:.1f} | {p['peak_gb']:.2f} |" for p in encoding]
     return "\n".join(lines)
 
 
@@ -349,6 +361,12 @@ def summary_table(folds: dict[str, list[dict]], seconds: dict[str, list[float]],
                              f"{np.mean([s[expert]['held_out_r'] for s in stacks]):.3f}; "
                              f"{np.mean([s[expert].get('fit_seconds', np.nan) for s in stacks]):.1f}"
                              for expert in stacks[0]))
+        at_end = [f"{expert} ({s[expert]['grid_end']} end, alpha {s[expert]['alpha']:g}, fold {k})"
+                  for k, s in enumerate(stacks) for expert in s if s[expert].get("grid_end")]
+        if any(stacks):
+            lines.append(f"{labels[name]}, penalties at an end of the widened grid: "
+                         + (f"{len(at_end)} of {sum(len(s) for s in stacks)} expert fits: " + "; ".join(at_end)
+                            if at_end else f"none of {sum(len(s) for s in stacks)} expert fits"))
         lines.append(f"{labels[name]}, seconds per fold ({device.upper()}): "
                      + ", ".join(f"{s:.0f}" for s in seconds[name]))
     return "\n".join(lines)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import empathic_fusion.utils  # noqa: F401  (project_root resolver)
+from empathic_fusion.core.packaged_encoders import ENV_DIR, encoders_dir
 from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.demo.generate import DemoConfig, generate_demo
 
@@ -16,6 +17,26 @@ FEATURES_CFG = {
     "audio": {"feature_set": "ComParE_2016"},
     "text": {"model_path": None, "speakers": ["participant"], "batch_size": 64, "device": "cpu"},
 }
+INSTALLED_ENCODERS = encoders_dir()  # where `empathic-encoders install` put them, read before any test hides them
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_installed_encoders(tmp_path_factory):
+    """The session sees no installed packaged encoder (the text model's model_path=auto is then MiniLM,
+    as on a fresh install, whatever this machine has installed; subprocesses inherit it), session
+    fixtures included."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV_DIR, str(tmp_path_factory.getbasetemp() / "no_installed_encoders"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _installed_encoders_when_marked(request, monkeypatch) -> None:
+    """A test marked `installed_encoders` sees those this machine has."""
+    if request.node.get_closest_marker("installed_encoders"):
+        monkeypatch.setenv(ENV_DIR, str(INSTALLED_ENCODERS))
+
+
 # Small but with a strong planted signal: many short sessions (the models learn from the number of
 # sessions, not their length), little noise, one session per participant.
 TINY_DEMO = DemoConfig(n_participants=40, sessions_per_participant=1, warm_up_s=1.0, story_share_s=8.0,

@@ -206,23 +206,30 @@ def test_empathetic_exchanges_summary_puts_both_recipes_beside_the_baselines_and
 
 
 def test_empathetic_exchanges_compares_recipes_in_display_order_and_marks_unmeasured_rows():
-    """The constant recipe sits above the default (which is compared with it), a recipe not run gets a
-    row of 'unmeasured' and its reason, and the time line is the ratio of median seconds per fold."""
+    """The previous default sits above the default (which is compared with it), a recipe not run gets a
+    row of 'unmeasured' and its reason, the time line is the ratio of median seconds per fold, and the
+    penalties chosen at an end of their widened grid are listed."""
     import empathetic_exchanges
 
     rating = lambda r: {"pearson": r, "spearman": r, "mse": 1.3 - r, "qwk": r / 2, "macro_f1": 0.15}  # noqa: E731
     base = {"training mean": {"rating": rating(0.0)}}
-    folds = {"default": [{"model": {"rating": rating(r)}, "baselines": base} for r in (0.25, 0.27, 0.20)],
-             "constant": [{"model": {"rating": rating(r)}, "baselines": base} for r in (0.22, 0.28, 0.18)]}
+    stack = lambda end: {"TF-IDF ridge": {"weight": 0.4, "held_out_r": 0.1, "alpha": 3.2, "grid_end": None},  # noqa: E731
+                         "embedding ridge (prompt, last layer)": {"weight": 0.0, "held_out_r": 0.0, "alpha": 1e9,
+                                                                  "grid_end": end}}
+    folds = {"default": [{"model": {"rating": rating(r)}, "baselines": base, "stack": stack(end)}
+                         for r, end in ((0.25, None), (0.27, "upper"), (0.20, None))],
+             "round3": [{"model": {"rating": rating(r)}, "baselines": base} for r in (0.22, 0.28, 0.18)]}
     labels = empathetic_exchanges.RECIPES
-    text = empathetic_exchanges.summary_table(folds, {"default": [60, 40, 42], "constant": [30, 31, 33]}, "cpu", labels,
+    text = empathetic_exchanges.summary_table(folds, {"default": [60, 40, 42], "round3": [30, 31, 33]}, "cpu", labels,
                                               {labels["finetune"]: "unmeasured: meant for a GPU"})
-    assert text.index(f"| {labels['constant']} |") < text.index(f"| {labels['default']} |")
-    assert (f"{labels['default']} vs {labels['constant']}: wins on mean r, rho and QWK (higher r on 2/3, rho on 2/3, "
-            "QWK on 2/3 folds)") in text and f"{labels['constant']} vs {labels['default']}" not in text
+    assert text.index(f"| {labels['round3']} |") < text.index(f"| {labels['default']} |")
+    assert (f"{labels['default']} vs {labels['round3']}: wins on mean r, rho and QWK (higher r on 2/3, rho on 2/3, "
+            "QWK on 2/3 folds)") in text and f"{labels['round3']} vs {labels['default']}" not in text
     assert f"| {labels['finetune']} | unmeasured | unmeasured |" in text and "unmeasured: meant for a GPU" in text
+    assert (f"{labels['default']}, penalties at an end of the widened grid: 1 of 6 expert fits: "
+            "embedding ridge (prompt, last layer) (upper end, alpha 1e+09, fold 1)") in text
     timing = empathetic_exchanges.time_comparison(
-        {"default": [60, 40, 42], "constant": [30, 31, 33]}, labels,
-        [{"encoder": "MiniLM", "layers": 0, "texts": 10, "seconds": 1.0, "peak_gb": 0.5}])
+        {"default": [60, 40, 42], "round3": [30, 31, 33]}, labels,
+        [{"encoder": "MiniLM", "layers": 6, "texts": 10, "seconds": 1.0, "peak_gb": 0.5}])
     assert "42 s per fold against" in timing and "31 s" in timing and "1.35x" in timing
-    assert "| MiniLM | none (embeddings alone) | 1.0 | 0.50 |" in timing
+    assert "| MiniLM | 6 | 1.0 | 0.50 |" in timing

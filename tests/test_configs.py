@@ -70,14 +70,16 @@ def _check_text_config(override: str, tmp_path: Path) -> None:
     assert isinstance(module, TextEmpathyModule)
     assert module.net.head[-1].out_features == len(dm.spec.label_columns)
     n_fields, labels = len(dm.spec.fields), len(dm.spec.label_columns)
-    # TF-IDF ridge + an embedding ridge per field and layer set (+ the fine-tuned encoder expert), a score per label each
+    # TF-IDF ridge + an embedding ridge per field and layer set, the last 1, 2, 4 and all 6 of MiniLM (tests see no
+    # installed mpnet: model_path auto is MiniLM), + the fine-tuned encoder expert, a score per label each
     finetuned = override in ("model=text_finetune", "experiment=text_empathetic_exchanges_finetune")
-    n_experts = 1 + n_fields * 3 + finetuned
-    assert model["net"]["head_input"] == "expert_scores" and module.encoder.frozen and module.net.layer_sets == (1, 2, 4)
+    n_experts = 1 + n_fields * 4 + finetuned
+    assert model["net"]["encoder"]["model_path"] == "auto" and module.encoder.dim == 384
+    assert model["net"]["head_input"] == "expert_scores" and module.encoder.frozen and module.net.layer_sets == (1, 2, 4, 6)
     assert len(module.net.experts) == n_experts and module.net.head[1].in_features == labels * n_experts
-    if finetuned:  # the base encoder and seed of the run, every field
+    if finetuned:  # the packaged MiniLM (not the frozen experts' encoder, which may be mpnet), the run's seed, every field
         expert = module.net.experts[-1]
-        assert expert.model_path == model["net"]["encoder"]["model_path"] and expert.seed == cfg.seed
+        assert expert.model_path is None and expert.seed == cfg.seed
         assert expert.fields == list(dm.spec.fields) and expert.trainable_layers == 6
     trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)
     assert trainer.max_epochs == (30 if override.startswith("experiment=") else 10)

@@ -1,8 +1,11 @@
 """benchmarks/gpu_check_report.py writes docs/results/gpu/gpu_check.md from the logs a GPU check brought
-back: a part still running when the whole call was stopped gets a row, and the timing parts' tables come
-from their logs (without warnings), linked to their results file only when that file is this check's."""
+back: a part still running when the whole call was stopped gets a row, the timing parts' tables come
+from their logs (without warnings), linked to their results file only when that file is this check's, and
+the fine-tuned text recipe's sweep says per fold whether it took 60 s or less."""
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -92,3 +95,56 @@ def test_the_report_says_where_a_whole_corpus_store_put_its_frames(tmp_path):
 def test_a_whole_corpus_run_cut_before_its_setup_says_so(tmp_path):
     report = _report_of_one_part(tmp_path, "train_full_corpus", "stopped at its 240 s limit | 240 s", "")
     assert "(no frame-array line in the log: the run stopped before its setup)" in report
+
+
+def _fold(sweep: Path, job: int, seconds: float | None, fit_seconds: float = 21.0) -> None:
+    """A job folder of the text sweep: its config written `seconds` before its test metrics (None: never finished)."""
+    folder = sweep / str(job)
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    if seconds is None:
+        return
+    metrics = folder / "test_metrics.json"
+    metrics.write_text(json.dumps({"model": {"rating": {"pearson": 0.3}},
+                                   "baselines": {"training mean": {"rating": {"pearson": 0.0}}},
+                                   "stack": {"fine-tuned encoder": {"fit_seconds": fit_seconds}}}))
+    started = (folder / ".hydra" / "config.yaml").stat().st_mtime
+    os.utime(metrics, (started + seconds, started + seconds))
+
+
+def test_the_text_sweep_says_whether_each_fold_is_within_60_seconds(tmp_path):
+    """The recipe as shipped, one fold at a time: per fold its seconds, the verdict against 60 s and the
+    fine-tuned expert's fit seconds; the section also alone in gpu_check_text.md beside the report."""
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| text_finetune_sweep | passed | 150 s |\n")
+    (logs / "text_command.txt").write_text("train.py -m experiment=text_empathetic_exchanges_finetune trainer=gpu "
+                                           "hydra/launcher=shared_device data.cv_fold=0,1,2 hydra.launcher.n_jobs=1\n")
+    sweep = logs / "text_finetune_sweep"
+    for job, seconds in enumerate((48.0, 71.0, None)):
+        _fold(sweep, job, seconds)
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    section = out.read_text().split("## The fine-tuned text recipe")[1].split("\n## ")[0]
+    assert "the recipe as shipped (conf/model/text_finetune.yaml)" in section and "one fold at a time" in section
+    assert "| job | seconds | within 60 s | fine-tuning s | model r | training mean r |" in section
+    assert "| 0 | 48 | yes | 21 | 0.300 | 0.000 |" in section and "| 1 | 71 | no | 21 | 0.300 | 0.000 |" in section
+    assert "| 2 | - | no (did not finish) |" in section
+    assert "Target 60 s per fold: 1 of 3 folds within it (1 without seconds" in section
+    alone = (out.parent / "gpu_check_text.md").read_text()
+    assert "| text_finetune_sweep | passed | 150 s |" in alone and "| 0 | 48 | yes | 21 |" in alone
+    assert f"- commit: {COMMIT}" in alone and "## Our nets against MMSA's" not in alone
+
+
+def test_a_reduced_text_sweep_says_so(tmp_path):
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| text_finetune_sweep | passed | 90 s |\n")
+    (logs / "text_command.txt").write_text("train.py -m experiment=text_empathetic_exchanges_finetune data.cv_fold=0,1 "
+                                           "hydra.launcher.n_jobs=2 model.net.experts.2.inner_folds=2\n")
+    _fold(logs / "text_finetune_sweep", 0, 30.0)
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    report = out.read_text()
+    assert "the recipe reduced (`model.net.experts.2.inner_folds=2`)" in report and "the folds at once" in report
+    assert "Target 60 s per fold: 1 of 1 folds within it." in report

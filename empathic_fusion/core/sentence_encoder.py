@@ -35,6 +35,7 @@ import functools
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from torch import nn
 
 import empathic_fusion  # noqa: F401  (HF_HUB_OFFLINE: never reach a hub)
 from empathic_fusion.core.errors import MissingFileError
-from empathic_fusion.core.packaged_encoders import installed_path, is_packaged
+from empathic_fusion.core.packaged_encoders import AUTO, auto_choice_note, chosen_encoder, installed_path, is_packaged
 from empathic_fusion.core.registry import register_model
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,9 @@ def _multilingual_root() -> Path:
 
 def resolve_model_path(model_path: str | None) -> Path:
     """The local encoder folder: the given one, the multilingual package's, an installed packaged
-    encoder's (`mpnet`: core/packaged_encoders.py), or the packaged all-MiniLM-L6-v2 (never a hub name)."""
+    encoder's (`mpnet`: core/packaged_encoders.py; `auto`: the strongest installed), or the packaged
+    all-MiniLM-L6-v2 (never a hub name)."""
+    model_path = chosen_encoder(model_path)
     if is_multilingual(model_path):
         return _multilingual_root()
     if is_packaged(model_path):
@@ -181,6 +184,7 @@ def encoder_recipe(model_path: str | None = None, max_length: int | None = None,
 def encoder_identity(model_path: str | None = None, **recipe: Any) -> str:
     """What names the encoder and how it embeds (folder config and weights, recipe, chunking), without
     loading it: the feature store's signatures and text checkpoints record it."""
+    model_path = chosen_encoder(model_path)
     if is_multilingual(model_path):
         from importlib.metadata import version
 
@@ -194,6 +198,7 @@ def encoder_identity(model_path: str | None = None, **recipe: Any) -> str:
 
 def encoder_name(model_path: str | None = None) -> str:
     """A short name for messages: the package's for the packaged encoders, else the folder's name."""
+    model_path = chosen_encoder(model_path)
     if not model_path:
         return PACKAGED_MODEL
     if is_multilingual(model_path):
@@ -225,6 +230,11 @@ class SentenceEncoder(nn.Module):
                  normalize: bool | None = None, chunk_stride: int | None = None, pool_layers: int = 1,
                  device: str = "cpu"):
         super().__init__()
+        # `auto`: the strongest installed encoder; the note says which and why (log, checkpoint, model card)
+        self.choice_note = auto_choice_note(chosen_encoder(AUTO)) if model_path == AUTO else None
+        if self.choice_note:
+            log.info("text encoder: %s", self.choice_note)
+        model_path = chosen_encoder(model_path)
         path = resolve_model_path(model_path)
         # a named encoder keeps its name (checkpoints then load wherever it is installed), a folder its path
         self.model_path = model_path if is_multilingual(model_path) or is_packaged(model_path) else str(path)
@@ -359,12 +369,24 @@ class SentenceEncoder(nn.Module):
         device = self.device
         if self.model is None:  # the multilingual encoder: numpy, whole texts
             return torch.from_numpy(self._use.encode(list(texts))).to(device), None
+        batch, owner = self._chunks(texts)
+        return self._pooled({k: v.to(device) for k, v in batch.items()}, owner.to(device), len(texts), layers)
+
+    def _chunks(self, texts: list[str]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The texts' window chunks (`chunk_stride` content tokens apart), padded to the longest, and the
+        text each chunk belongs to."""
         content = self.max_length - 2
-        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
+        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
                                return_overflowing_tokens=True, stride=content - self.chunk_stride,
                                return_tensors="pt")
-        owner = batch.pop("overflow_to_sample_mapping").to(device)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        owner = batch.pop("overflow_to_sample_mapping")
+        return dict(batch), owner
+
+    def _pooled(self, batch: dict[str, torch.Tensor], owner: torch.Tensor, n_texts: int,
+                layers: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`_encode` after tokenising: the model over the chunks in `batch` (on the device), each chunk
+        pooled, the chunks of each of the `n_texts` texts (`owner`) averaged by their token counts."""
+        device = self.device
         if self.pool_layers > 1 or layers:
             states = self.model(**batch, output_hidden_states=True).hidden_states
             # the mean of the last k layers' token states
@@ -373,9 +395,9 @@ class SentenceEncoder(nn.Module):
             states, hidden = (), self.model(**batch).last_hidden_state
         mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         weights = None
-        if len(owner) != len(texts):  # some text had several chunks: token-weighted mean per text
+        if len(owner) != n_texts:  # some text had several chunks: token-weighted mean per text
             tokens = mask.sum(1).squeeze(-1)
-            weights = torch.zeros(len(texts), len(owner), dtype=hidden.dtype, device=device)
+            weights = torch.zeros(n_texts, len(owner), dtype=hidden.dtype, device=device)
             weights[owner, torch.arange(len(owner), device=device)] = tokens
             weights = weights / weights.sum(1, keepdim=True)
         vectors = self._pool(hidden, mask, weights)
@@ -462,6 +484,66 @@ class SentenceEncoder(nn.Module):
         layer_file = self.layer_cache_file
         if layer_file is not None and len(self._layer_cache) != self._layer_disk_count:
             self._layer_disk_count = _save_npz(layer_file, self._layer_cache)
+
+    def tokenize(self, texts: list[str]) -> Tokenized:
+        """The texts tokenised once into this encoder's window chunks (as `forward` chunks them), so a
+        training loop draws its batches from tensors instead of running the tokenizer per batch, epoch and
+        fold. On the CPU; `Tokenized.to` moves them."""
+        if self.tokenizer is None:
+            raise ValueError(f"the {MULTILINGUAL} encoder reads whole texts: there are no tokens to keep")
+        texts = [t if t else "" for t in texts]
+        if not texts:
+            empty = torch.zeros(0, 0, dtype=torch.long)
+            return Tokenized({"input_ids": empty, "attention_mask": empty}, *(np.zeros(0, dtype=np.int64),) * 3)
+        inputs, owner = self._chunks(texts)
+        count = np.bincount(owner.numpy(), minlength=len(texts)).astype(np.int64)
+        first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        length = inputs["attention_mask"].sum(1).numpy().astype(np.int64)
+        return Tokenized(inputs, first, count, length, left=self.tokenizer.padding_side == "left")
+
+    def forward_tokens(self, tokens: Tokenized, rows: np.ndarray) -> torch.Tensor:
+        """Pooled vectors of the texts `rows` of `tokens` (on this encoder's device): what `forward` gives
+        for those texts, gradients flowing through the trainable layers, without the tokenizer."""
+        inputs, owner = tokens.batch(rows)
+        vectors = self._pooled(inputs, owner, len(rows))[0]
+        return vectors
+
+
+@dataclass
+class Tokenized:
+    """Texts as an encoder's window chunks (`SentenceEncoder.tokenize`): `inputs` every chunk padded to the
+    longest (chunks x tokens), `first` and `count` each text's chunks (consecutive), `length` each chunk's
+    tokens. A batch of texts takes its chunks and pads them to its own longest chunk, as the tokenizer would."""
+
+    inputs: dict[str, torch.Tensor]
+    first: np.ndarray
+    count: np.ndarray
+    length: np.ndarray
+    left: bool = False  # the tokenizer pads on the left
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def to(self, device: torch.device | str) -> Tokenized:
+        return Tokenized({k: v.to(device) for k, v in self.inputs.items()}, self.first, self.count, self.length,
+                         self.left)
+
+    def tokens(self) -> np.ndarray:
+        """Tokens of each text, summed over its chunks (to sort texts into batches that pad little)."""
+        return np.add.reduceat(self.length, self.first) if len(self.first) else np.zeros(0, dtype=np.int64)
+
+    def batch(self, rows: np.ndarray) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The chunks of `rows` (in their order) padded to their longest, and each chunk's position in `rows`."""
+        rows = np.asarray(rows, dtype=np.int64)
+        count = self.count[rows]
+        starts = np.cumsum(count) - count  # where each row's chunks begin in the batch
+        chunks = np.repeat(self.first[rows] - starts, count) + np.arange(int(count.sum()))
+        device = self.inputs["input_ids"].device
+        index = torch.from_numpy(chunks).to(device, non_blocking=True)
+        longest = int(self.length[chunks].max()) if len(chunks) else 0
+        cut = slice(self.inputs["input_ids"].shape[1] - longest, None) if self.left else slice(0, longest)
+        owner = torch.from_numpy(np.repeat(np.arange(len(rows)), count)).to(device, non_blocking=True)
+        return {k: v[index, cut] for k, v in self.inputs.items()}, owner
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:

@@ -303,6 +303,12 @@ def text_model_description(header: dict[str, Any], hparams: dict[str, Any]) -> s
         kinds[kind] = kinds.get(kind, 0) + 1
     if kinds:
         text += "; stacked experts: " + ", ".join(kind if n == 1 else f"{kind} x{n}" for kind, n in kinds.items())
+    at_end = [label for label, item in (header.get("stack") or {}).items()
+              if isinstance(item, dict) and item.get("grid_end")]
+    if at_end:
+        text += f"; penalty at an end of its widened grid: {', '.join(at_end)}"
+    if encoder.get("choice"):
+        text += f". Encoder: {encoder['choice']}"
     return text
 
 

@@ -31,13 +31,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from empathic_fusion.core.packaged_encoders import AUTO, chosen_encoder
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
 from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.datamodules.text_table import PersonaEncoder
 from empathic_fusion.metrics import metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
-from empathic_fusion.text.experts import stack_weights
+from empathic_fusion.text.experts import GRID_END_NOTES, stack_weights
 
 log = logging.getLogger(__name__)
 OVERALL = "overall"  # the mean of the label scores, reported and served beside them
@@ -186,13 +187,15 @@ class TextEmpathyModule(EmpathyLightningModule):
         persona = use_persona and bool(self.persona_encoder.columns)
         net_cfg = dict(net)
         encoder: SentenceEncoder = hydra.utils.instantiate(net_cfg.pop("encoder"))
+        if encoder.choice_note:  # `auto`: a checkpoint loads the encoder chosen here, wherever it is loaded
+            self.hparams["net"] = {**net, "encoder": {**net["encoder"], "model_path": chosen_encoder(AUTO)}}
         self.net: TextRegressor = hydra.utils.instantiate(
             net_cfg, fields=list(data_info["fields"]), n_outputs=len(self.label_names), encoder=encoder,
             persona_cardinalities=self.persona_encoder.cardinalities if persona else None,
             persona_numeric=self.persona_encoder.n_numeric if persona else 0)
         self.__dict__["frozen_encoder"] = encoder if encoder.frozen else None  # not a submodule: no weights saved
         self.encoder_info = {"model_path": encoder.model_path, "identity": encoder.identity,
-                             "trainable_layers": encoder.trainable_layers}
+                             "trainable_layers": encoder.trainable_layers, "choice": encoder.choice_note}
         self.register_buffer("target_mean", torch.tensor(data_info["target_mean"], dtype=torch.float32))
         self.register_buffer("target_std", torch.tensor(data_info["target_std"], dtype=torch.float32))
         self.stack_report: dict[str, dict[str, float]] = {}
@@ -253,13 +256,14 @@ class TextEmpathyModule(EmpathyLightningModule):
         self.__dict__["_fit_scores"] = lookup
         z = targets.mean(1)
         self.stack_report = {
-            e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha,
+            e.label: {"weight": float(self.net.stack_weight[:, k].mean()), "alpha": e.alpha, "grid_end": e.grid_end,
                       "fit_seconds": round(self.net.fit_seconds[k], 2),
                       "held_out_r": metric_values(held_out[:, :, k].mean(1), z)["pearson"]}
             for k, e in enumerate(self.net.experts)}
         log.info("experts on %d training rows (held-out r, ridge alpha, stack weight): %s", len(rows),
-                 "; ".join(f"{name} {v['held_out_r']:.3f}, {'-' if v['alpha'] is None else format(v['alpha'], 'g')}, "
-                           f"{v['weight']:.3f}" for name, v in self.stack_report.items()))
+                 "; ".join(f"{name} {v['held_out_r']:.3f}, {'-' if v['alpha'] is None else format(v['alpha'], 'g')}"
+                           f"{GRID_END_NOTES[v['grid_end']] if v['grid_end'] else ''}, {v['weight']:.3f}"
+                           for name, v in self.stack_report.items()))
 
     def _step(self, batch: dict, stage: str, batch_idx: int) -> torch.Tensor:
         z = self.net(batch)

@@ -39,6 +39,10 @@ from empathic_fusion.text.fitted import FittedModule
 
 log = logging.getLogger(__name__)
 RIDGE_ALPHAS = tuple(float(10 ** (k / 2)) for k in range(-2, 11))  # 0.1 .. 1e5: features are not scaled alike
+WIDEN_STEPS = 8  # penalties a ridge expert may add beyond an end of its grid, one grid step each (4 decades)
+GRID_END_NOTES = {  # what a penalty at an end of the widened grid means, for the stack report
+    "upper": " (at the upper end of the widened grid: the expert predicts about the training mean)",
+    "lower": " (at the lower end of the widened grid: hardly penalised)"}
 
 
 class FieldTfidf:
@@ -69,20 +73,33 @@ class FieldTfidf:
 class RidgeExpert(FittedModule):
     """Ridge regression on features of a batch; subclasses say which features: `_fit_transform`
     fits their transform on the given rows and returns it with their features, `_transform` applies
-    a fitted transform. `state_key` names that transform in the fitted state (and the checkpoint)."""
+    a fitted transform. `state_key` names that transform in the fitted state (and the checkpoint).
+
+    The penalty grid is never the limit: when the held-out error is lowest at an end of `alphas`, the
+    grid grows past that end one step at a time (the ratio of its last two penalties), up to
+    `widen_steps` penalties, until the best penalty is inside. A penalty still at an end after that
+    is recorded (`grid_end`: "upper", which means the expert predicts about the training mean, or
+    "lower") and the stack report says so."""
 
     needs_embeddings = False
     label = "ridge"
     state_key = "transform"
 
-    def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5):
+    def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, widen_steps: int = WIDEN_STEPS):
         super().__init__()
-        self.alphas = tuple(float(a) for a in alphas)
-        self.inner_folds = int(inner_folds)
+        self.alphas = tuple(sorted(float(a) for a in alphas))
+        if not self.alphas or self.alphas[0] <= 0:
+            raise ValueError(f"{type(self).__name__} alphas={list(alphas)}: give positive ridge penalties")
+        self.inner_folds, self.widen_steps = int(inner_folds), int(widen_steps)
 
     @property
     def alpha(self) -> float | None:
         return self._state["alpha"] if self._state else None
+
+    @property
+    def grid_end(self) -> str | None:
+        """Which end of the (widened) grid the chosen penalty sits at: "upper", "lower" or None (inside)."""
+        return self._state.get("grid_end") if self._state else None
 
     def expand(self, fields: list[str], dim: int, encoder_layers: int | None = None) -> list["RidgeExpert"]:
         """The experts this one stands for over these text fields (encoder width `dim`, with
@@ -97,56 +114,69 @@ class RidgeExpert(FittedModule):
         """The features of `batch` under a fitted transform (None: no features)."""
         raise NotImplementedError
 
+    def _inputs(self, batch: dict) -> dict:
+        """The part of `batch` this expert reads, which its inner folds copy rows of: the texts."""
+        return {"texts": batch["texts"]}
+
     def fit(self, batch: dict, targets: np.ndarray, groups: list[str] | np.ndarray) -> np.ndarray:
         """Fit on the training rows in `batch`; returns their cross-fitted predictions (N x labels)."""
         targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
+        batch = self._inputs(batch)
         folds = grouped_folds(groups, self.inner_folds, type(self).__name__)
         rows = np.arange(len(targets)).reshape(-1, 1)
         cache: dict = {}
         model = Pipeline([("features", _ExpertFeatures(self, batch, cache)), ("ridge", Ridge())])
         with warnings.catch_warnings():  # a tiny penalty on collinear features: ill-conditioned, still fine
             warnings.simplefilter("ignore", LinAlgWarning)
-            held_out = self._dense_path(batch, targets, folds, cache)
-            if held_out is None:  # sparse features: scikit-learn's ridge per penalty
-                held_out = np.stack([np.asarray(cross_val_predict(model.set_params(ridge__alpha=alpha), rows, targets,
-                                                                  cv=folds), dtype=np.float64).reshape(targets.shape)
-                                     for alpha in self.alphas])
-            best = int(np.argmin(((held_out - targets[None]) ** 2).mean(axis=(1, 2))))
-            model.set_params(ridge__alpha=self.alphas[best]).fit(rows, targets)
+            dense = self._dense_folds(batch, targets, folds)
+
+            def held_out_of(alphas: list[float]) -> np.ndarray:
+                if dense is not None:
+                    return _dense_held_out(dense, alphas, targets.shape)
+                return np.stack([np.asarray(cross_val_predict(model.set_params(ridge__alpha=alpha), rows, targets,
+                                                              cv=folds), dtype=np.float64).reshape(targets.shape)
+                                 for alpha in alphas])  # sparse features: scikit-learn's ridge per penalty
+
+            alphas, held_out, best, grid_end = self._search(held_out_of, targets)
+            model.set_params(ridge__alpha=alphas[best]).fit(rows, targets)
         features, ridge = model.named_steps["features"], model.named_steps["ridge"]
+        chosen = {"alpha": alphas[best], "grid_end": grid_end, "grid": (alphas[0], alphas[-1])}
         if features.empty_:  # no features on the training rows: their mean
-            self._state = {"alpha": self.alphas[best], "coef": None, "intercept": targets.mean(0)}
+            self._state = {**chosen, "grid_end": None, "coef": None, "intercept": targets.mean(0)}
         else:
-            self._state = {self.state_key: features.transform_, "alpha": self.alphas[best],
+            self._state = {self.state_key: features.transform_, **chosen,
                            "coef": np.asarray(ridge.coef_, dtype=np.float32).reshape(targets.shape[1], -1),
                            "intercept": np.asarray(ridge.intercept_, dtype=np.float32).reshape(-1)}
         return held_out[best]
 
-    def _dense_path(self, batch: dict, targets: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]],
-                    cache: dict) -> np.ndarray | None:
-        """Held-out predictions of every penalty (penalties x N x labels) from one eigendecomposition of
-        each fold's centred Gram matrix X'X = V diag(l) V': the ridge solution for any penalty is
-        V diag(1 / (l + alpha)) V'X'y, what scikit-learn's Ridge with an intercept solves, at the cost
-        of one factorisation per fold instead of one solve per penalty and fold (a dozen
-        representation experts stay cheap). None when the features are sparse or absent (the caller
-        then runs scikit-learn per penalty)."""
-        held_out = np.zeros((len(self.alphas), *targets.shape))
-        for train, test in folds:
-            step = _ExpertFeatures(self, batch, cache)
-            x_train = step.fit_transform(train.reshape(-1, 1))
-            if step.empty_ or not isinstance(x_train, np.ndarray):
-                return None
-            x_test = np.asarray(step.transform(test.reshape(-1, 1)), dtype=np.float64)
-            x_train = np.asarray(x_train, dtype=np.float64)
-            x_mean, y_mean = x_train.mean(0), targets[train].mean(0)
-            centred = x_train - x_mean
-            eigenvalues, vectors = np.linalg.eigh(centred.T @ centred)
-            eigenvalues = np.clip(eigenvalues, 0.0, None)                      # rounding below zero
-            vty = vectors.T @ (centred.T @ (targets[train] - y_mean))          # dims x labels
-            projected = (x_test - x_mean) @ vectors                            # test rows x dims
-            for a, alpha in enumerate(self.alphas):
-                held_out[a, test] = projected @ (vty / (eigenvalues + alpha)[:, None]) + y_mean
-        return held_out
+    def _search(self, held_out_of, targets: np.ndarray) -> tuple[list[float], np.ndarray, int, str | None]:
+        """The penalty with the lowest held-out error over the grid, widened past an end while the best
+        sits there (up to `widen_steps` penalties): (penalties, their held-out predictions, the best
+        one's index, "upper"/"lower" when it still sits at that end, else None). Errors equal for every
+        penalty (no features) widen nothing."""
+        alphas = list(self.alphas)
+        held_out = held_out_of(alphas)
+        for widened in range(self.widen_steps + 1):
+            errors = ((held_out - targets[None]) ** 2).mean(axis=(1, 2))
+            best = int(np.argmin(errors))
+            flat = np.ptp(errors) <= 1e-12 * max(float(errors.max()), 1e-300)
+            grid_end = None if flat or len(alphas) < 2 else "lower" if best == 0 else \
+                "upper" if best == len(alphas) - 1 else None
+            if grid_end is None or widened == self.widen_steps:
+                return alphas, held_out, best, grid_end
+            if grid_end == "lower":
+                alphas.insert(0, alphas[0] * alphas[0] / alphas[1])
+                held_out = np.concatenate([held_out_of(alphas[:1]), held_out])
+            else:
+                alphas.append(alphas[-1] * alphas[-1] / alphas[-2])
+                held_out = np.concatenate([held_out, held_out_of(alphas[-1:])])
+        raise AssertionError("unreachable: the loop returns at its last step")
+
+    def _dense_folds(self, batch: dict, targets: np.ndarray,
+                     folds: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple] | None:
+        """Per inner fold, what `_dense_held_out` needs to give every penalty's held-out predictions
+        at once; None (the default: sparse features) runs scikit-learn per penalty instead."""
+        return None
 
     def forward(self, batch: dict) -> torch.Tensor:
         if self._state is None:
@@ -159,6 +189,15 @@ class RidgeExpert(FittedModule):
             if x is not None:
                 out += np.asarray(x @ state["coef"].T, dtype=np.float32).reshape(n, -1)
         return self._as_batch_tensor(out, batch)
+
+
+def _dense_held_out(parts: list[tuple], alphas: list[float], shape: tuple[int, ...]) -> np.ndarray:
+    """Held-out predictions (penalties x N x labels) of each penalty from the folds' eigendecompositions."""
+    held_out = np.zeros((len(alphas), *shape))
+    for test, projected, vty, eigenvalues, y_mean in parts:
+        for a, alpha in enumerate(alphas):
+            held_out[a, test] = projected @ (vty / (eigenvalues + alpha)[:, None]) + y_mean
+    return held_out
 
 
 def grouped_folds(groups: list[str] | np.ndarray, inner_folds: int, owner: str) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -223,8 +262,8 @@ class TfidfRidgeExpert(RidgeExpert):
     state_key = "tfidf"
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, min_df: int = 2,
-                 max_features: int | None = 200000):
-        super().__init__(alphas, inner_folds)
+                 max_features: int | None = 200000, widen_steps: int = WIDEN_STEPS):
+        super().__init__(alphas, inner_folds, widen_steps)
         self.min_df, self.max_features = min_df, max_features
 
     def _fit_transform(self, batch: dict) -> tuple[FieldTfidf, csr_matrix | None]:
@@ -245,8 +284,9 @@ class EmbeddingRidgeExpert(RidgeExpert):
 
     `layers` makes it representation experts: for each k in the list, a ridge on the mean of the last
     k layers' pooled vectors (`batch["layer_embeddings"][k]`, SentenceEncoder.layer_embeddings), per
-    field. Which layers serve a data set best varies with its texts (the last layer is what sentence
-    encoders are trained for; lower ones keep more of the wording), so the stack weighs the sets on
+    field; `all` stands for every layer the encoder has (6 in MiniLM, 12 in mpnet). Which layers
+    serve a data set best varies with its texts (the last layer is what sentence encoders are trained
+    for; lower ones keep more of the wording), so the stack weighs the sets on
     held-out predictions instead of a constant choosing one. Sets deeper than the encoder are left
     out; an encoder without layers (the multilingual one) reads its embeddings."""
 
@@ -256,15 +296,15 @@ class EmbeddingRidgeExpert(RidgeExpert):
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, per_field: bool = True,
                  columns: tuple[int, int] | None = None, field: str | None = None,
-                 layers: list[int] | int | None = None):
-        super().__init__(alphas, inner_folds)
+                 layers: list[int | str] | int | None = None, widen_steps: int = WIDEN_STEPS,
+                 encoder_layers: int | None = None):
+        super().__init__(alphas, inner_folds, widen_steps)
         self.per_field, self.columns, self.field = per_field, columns, field
-        self.layers = layers if layers is None or isinstance(layers, int) else tuple(int(k) for k in layers)
-        if isinstance(self.layers, tuple) and (not self.layers or min(self.layers) < 1):
-            raise ValueError(f"EmbeddingRidgeExpert layers={list(self.layers)}: give layer counts >= 1 (e.g. [1, 2, 4])")
+        self.layers = layers if layers is None or isinstance(layers, int) else tuple(_layer_set(k) for k in layers)
         parts = [field] if field else []
         if isinstance(self.layers, int):
-            parts.append("last layer" if self.layers == 1 else f"last {self.layers} layers")
+            parts.append("last layer" if self.layers == 1 else
+                         f"all {self.layers} layers" if self.layers == encoder_layers else f"last {self.layers} layers")
         if parts:
             self.label = f"embedding ridge ({', '.join(parts)})"
 
@@ -278,8 +318,8 @@ class EmbeddingRidgeExpert(RidgeExpert):
         those the encoder's `encoder_layers` allow)."""
         layer_sets: list[int | None] = [self.layers]
         if isinstance(self.layers, tuple):
-            wanted = list(dict.fromkeys(self.layers))
-            layer_sets = [k for k in wanted if k <= encoder_layers] if encoder_layers else [None]
+            wanted = list(dict.fromkeys(encoder_layers if k == ALL_LAYERS else k for k in self.layers))
+            layer_sets = [k for k in wanted if k is not None and k <= encoder_layers] if encoder_layers else [None]
             if len(layer_sets) < len(wanted):
                 log.info("embedding ridge experts: layer sets %s left out (%s)", [k for k in wanted if k not in layer_sets],
                          f"deeper than the encoder's {encoder_layers} layers" if encoder_layers
@@ -288,10 +328,18 @@ class EmbeddingRidgeExpert(RidgeExpert):
             return [self]
         parts = [(None, None)] if not self.per_field or len(fields) < 2 else \
             [((k * dim, (k + 1) * dim), field) for k, field in enumerate(fields)]
-        return [EmbeddingRidgeExpert(self.alphas, self.inner_folds, False, columns, field, k)
-                for columns, field in parts for k in layer_sets]
+        return [EmbeddingRidgeExpert(self.alphas, self.inner_folds, False, columns, field, k, self.widen_steps,
+                                     encoder_layers) for columns, field in parts for k in layer_sets]
+
+    def _inputs(self, batch: dict) -> dict:
+        """Its own matrix alone (one field's columns of one layer set) as `features`: the inner folds then
+        copy rows of N x dim, not of every layer set of every field (17 experts over mpnet's layers
+        spent most of their fit copying those)."""
+        return {"texts": {}, "features": self._x(batch)}
 
     def _x(self, batch: dict) -> np.ndarray:
+        if "features" in batch:  # narrowed by _inputs
+            return batch["features"]
         x = _embeddings(batch) if self.layers is None else _layer_embeddings(batch, self.layers)
         return x[:, self.columns[0]:self.columns[1]] if self.columns else x
 
@@ -305,6 +353,45 @@ class EmbeddingRidgeExpert(RidgeExpert):
 
     def _transform(self, transform: tuple[np.ndarray, np.ndarray], batch: dict) -> np.ndarray:
         return (self._x(batch) - transform[0]) / transform[1]
+
+    def _dense_folds(self, batch: dict, targets: np.ndarray,
+                     folds: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple]:
+        """Per inner fold, one eigendecomposition of the fold's standardised, centred Gram matrix
+        Z'Z = V diag(l) V': the ridge solution for any penalty is then V diag(1 / (l + alpha)) V'Z'y,
+        what scikit-learn's StandardScaler + Ridge with an intercept solve, so a grid of penalties (and
+        its widening) costs one factorisation per fold. Every fold's Gram matrix, means and scales come
+        from one Gram matrix of all training rows minus the fold's held-out rows, so no fold copies
+        its training rows (17 experts over mpnet's 768-d layers spent most of their fit doing that)."""
+        x = np.asarray(self._x(batch), dtype=np.float64)
+        gram, xty, total, n = x.T @ x, x.T @ targets, x.sum(0), len(x)
+        parts = []
+        for train, test in folds:
+            x_test, n_train = x[test], n - len(test)
+            sums = total - x_test.sum(0)
+            mean, y_mean = sums / n_train, targets[train].mean(0)
+            centred = gram - x_test.T @ x_test - n_train * np.outer(mean, mean)
+            variance = np.diag(centred) / n_train
+            # constant dimensions (an empty field) keep scale 1, as StandardScaler does; rounding leaves
+            # their variance a tiny fraction of the squared mean instead of 0
+            scale = np.where(variance > 1e-10 * mean ** 2 + 1e-300, np.sqrt(np.clip(variance, 0.0, None)), 1.0)
+            eigenvalues, vectors = np.linalg.eigh(centred / np.outer(scale, scale))
+            eigenvalues = np.clip(eigenvalues, 0.0, None)                        # rounding below zero
+            xy = ((xty - x_test.T @ targets[test]) - np.outer(sums, y_mean)) / scale[:, None]  # Z'(y - mean)
+            parts.append((test, ((x_test - mean) / scale) @ vectors, vectors.T @ xy, eigenvalues, y_mean))
+        return parts
+
+
+ALL_LAYERS = "all"
+
+
+def _layer_set(k: int | str) -> int | str:
+    """A layer count >= 1, or `all` (every layer of the encoder)."""
+    if k == ALL_LAYERS:
+        return k
+    if isinstance(k, bool) or not isinstance(k, (int, str)) or not str(k).isdigit() or int(k) < 1:
+        raise ValueError(f"EmbeddingRidgeExpert layers: {k!r} is neither a layer count >= 1 nor '{ALL_LAYERS}' "
+                         "(e.g. [1, 2, 4, all])")
+    return int(k)
 
 
 def _embeddings(batch: dict) -> np.ndarray:
@@ -336,8 +423,10 @@ def _batch_size(batch: dict) -> int:
 
 
 def _select(batch: dict, rows: np.ndarray) -> dict:
-    """The part of a (training rows) batch at positions `rows`: texts and embeddings."""
+    """The part of a (training rows) batch at positions `rows`: texts, embeddings and an expert's features."""
     out: dict[str, Any] = {"texts": {f: [texts[i] for i in rows] for f, texts in batch["texts"].items()}}
+    if "features" in batch:
+        out["features"] = _rows_of(batch["features"], rows)
     if "embeddings" in batch:
         out["embeddings"] = _rows_of(batch["embeddings"], rows)
     if "layer_embeddings" in batch:

@@ -8,7 +8,10 @@ writer or conversation is never split) a fresh copy of the encoder and a linear 
 on the other folds and predict the held-out one; those held-out predictions are what the stack
 weights and the head see. Then one more copy is fine-tuned on every training row and scores
 validation, test and new texts. That costs `inner_folds + 1` fine-tunings per training run: a
-recipe for a GPU (conf/model/text_finetune.yaml), not the CPU default.
+recipe for a GPU (conf/model/text_finetune.yaml), not the CPU default. So that those fine-tunings cost
+their steps and little more, a fit loads the base encoder once and starts each fine-tuning from its
+weights kept in memory, tokenises each field's texts once (batches are drawn from those tensors) and
+predicts the held-out rows in batches on the device, copied back once.
 
 The net: the encoder (its top `trainable_layers` layers trained at `lr`, the rest frozen), each of
 the `fields` pooled by the encoder's recipe (long texts as chunks), side by side, dropout, a linear
@@ -25,6 +28,7 @@ import hashlib
 import json
 import logging
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,7 +36,7 @@ import torch
 from torch import nn
 
 from empathic_fusion.core.registry import register_model
-from empathic_fusion.core.sentence_encoder import SentenceEncoder
+from empathic_fusion.core.sentence_encoder import SentenceEncoder, Tokenized
 from empathic_fusion.metrics import metric_values
 from empathic_fusion.text.experts import grouped_folds
 from empathic_fusion.text.fitted import FittedModule
@@ -49,14 +53,30 @@ class _EncoderHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(encoder.dim * len(self.fields), n_outputs)
 
-    def forward(self, texts: dict[str, list[str]]) -> torch.Tensor:
-        pooled = torch.cat([self.encoder(texts[f]) for f in self.fields], dim=-1)
+    def forward(self, tokens: dict[str, Tokenized], rows: np.ndarray) -> torch.Tensor:
+        """Outputs for the texts `rows` of each field's tokenised texts (`tokenize`)."""
+        pooled = torch.cat([self.encoder.forward_tokens(tokens[f], rows) for f in self.fields], dim=-1)
         return self.head(self.dropout(pooled.float()))
+
+    def tokenize(self, texts: dict[str, list[str]]) -> dict[str, Tokenized]:
+        """Each field's texts tokenised once, on the net's device (batches then need no tokenizer)."""
+        return {f: self.encoder.tokenize(texts[f]).to(self.encoder.device) for f in self.fields}
 
     def trained_state(self) -> dict[str, torch.Tensor]:
         """The weights fine-tuning changes: the trainable encoder layers and the head (CPU copies)."""
         names = {n for n, p in self.named_parameters() if p.requires_grad}
         return {n: t.detach().cpu().clone() for n, t in self.state_dict().items() if n in names}
+
+
+@dataclass
+class _Table:
+    """One fit's training rows, prepared once: the net (the base encoder loaded once, a head), the
+    weights every fine-tuning starts from (CPU copies of the trainable ones before any fine-tuning; the
+    frozen ones never change) and each field's texts tokenised."""
+
+    net: _EncoderHead
+    pristine: dict[str, torch.Tensor]
+    tokens: dict[str, Tokenized]
 
 
 @register_model("finetuned_encoder_expert")
@@ -66,7 +86,8 @@ class FineTunedEncoderExpert(FittedModule):
 
     needs_embeddings = False
     label = "fine-tuned encoder"
-    alpha = None  # no ridge penalty (the stack report's column)
+    alpha = None     # no ridge penalty (the stack report's columns)
+    grid_end = None
 
     def __init__(self, model_path: str | None = None, trainable_layers: int = 6, fields: list[str] | None = None,
                  max_length: int = 128, epochs: int = 3, batch_size: int = 32, lr: float = 2.0e-5,
@@ -117,14 +138,14 @@ class FineTunedEncoderExpert(FittedModule):
             log.info("fine-tuned encoder: already fitted on these training rows (resumed run); not fine-tuned again")
             return np.asarray(self._state["held_out"], dtype=np.float32)
         folds = grouped_folds(groups, self.inner_folds, type(self).__name__)
+        table = self._table(texts, targets.shape[1])
         held_out = np.zeros_like(targets)
         for k, (train_rows, test_rows) in enumerate(folds):
-            net = self._train(texts, targets, train_rows, self.seed + k)
-            held_out[test_rows] = self._predict(net, _rows(texts, test_rows))
+            net = self._train(table, targets, train_rows, self.seed + k)
+            held_out[test_rows] = self._predict(net, table.tokens, test_rows)
             log.info("fine-tuned encoder: inner fold %d of %d, held-out r %.3f", k + 1, len(folds),
                      metric_values(held_out[test_rows].mean(1), targets[test_rows].mean(1))["pearson"])
-            del net
-        net = self._train(texts, targets, np.arange(len(targets)), self.seed + len(folds))
+        net = self._train(table, targets, np.arange(len(targets)), self.seed + len(folds))
         self._state = {**self._spec(), "encoder_identity": net.encoder.identity, "n_outputs": targets.shape[1],
                        "weights": net.trained_state(), "fit_key": key, "held_out": held_out}
         self.__dict__["_net"] = net.eval()
@@ -141,47 +162,69 @@ class FineTunedEncoderExpert(FittedModule):
                 "head_lr": self.head_lr, "weight_decay": self.weight_decay, "warmup": self.warmup,
                 "dropout": self.dropout, "inner_folds": self.inner_folds, "seed": self.seed}
 
-    def _train(self, texts: dict[str, list[str]], targets: np.ndarray, rows: np.ndarray, seed: int) -> _EncoderHead:
-        """A fresh encoder + head fine-tuned on `rows` (seeded: the same rows give the same net)."""
+    def _table(self, texts: dict[str, list[str]], n_outputs: int) -> _Table:
+        """The base encoder loaded once for the whole fit, its weights kept, each field tokenised once
+        (the global random state left as it was: each fine-tuning seeds its own)."""
+        device = self._device_marker.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            net = self._new_net(n_outputs, self._spec())
+        return _Table(net, net.trained_state(), net.tokenize(texts))
+
+    def _train(self, table: _Table, targets: np.ndarray, rows: np.ndarray, seed: int) -> _EncoderHead:
+        """The table's net reset to the base encoder's weights and a fresh head, fine-tuned on `rows`
+        (seeded: the same rows give the same net)."""
         device = self._device_marker.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(seed)
-            net = self._new_net(targets.shape[1], self._spec()).train()
-            encoder_params = [p for p in net.encoder.parameters() if p.requires_grad]
-            optimizer = torch.optim.AdamW([{"params": encoder_params, "lr": self.lr},
-                                           {"params": net.head.parameters(), "lr": self.head_lr}],
-                                          weight_decay=self.weight_decay)
-            steps = self.epochs * math.ceil(len(rows) / self.batch_size)
-            warmup = int(self.warmup * steps)
-            schedule = torch.optim.lr_scheduler.LambdaLR(
-                optimizer, lambda step: (step + 1) / warmup if step < warmup else max(0.0, (steps - step) / max(1, steps - warmup)))
-            generator = np.random.default_rng(seed)
-            y = torch.from_numpy(targets).to(device)
-            for _ in range(self.epochs):
-                order = rows[generator.permutation(len(rows))]
-                for start in range(0, len(order), self.batch_size):
-                    chunk = order[start:start + self.batch_size]
-                    with _autocast(device):
-                        pred = net(_rows(texts, chunk))
-                    loss = nn.functional.mse_loss(pred.float(), y[torch.from_numpy(chunk).to(device)])
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    schedule.step()
+            net = table.net
+            net.load_state_dict(table.pristine, strict=False)
+            net.head.reset_parameters()  # drawn from this fine-tuning's seed
+            self._steps(net, table.tokens, targets, rows, seed)
         return net.eval()
 
-    def _predict(self, net: _EncoderHead, texts: dict[str, list[str]]) -> np.ndarray:
-        """Predictions for every row of `texts`, in batches of rows of similar length (less padding)."""
-        n = len(next(iter(texts.values())))
-        order = np.argsort([sum(len(texts[f][i]) for f in self.fields) for i in range(n)], kind="stable")
-        out = np.zeros((n, net.head.out_features), dtype=np.float32)
+    def _steps(self, net: _EncoderHead, tokens: dict[str, Tokenized], targets: np.ndarray, rows: np.ndarray,
+               seed: int) -> None:
+        """The fine-tuning's optimisation alone: AdamW with linear warmup and decay, `epochs` passes over
+        `rows` in a seeded order (benchmarks/finetune_fixed_cost.py times it to tell a fit's fixed cost)."""
+        device = self._device_marker.device
+        net.train()
+        encoder_params = [p for p in net.encoder.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW([{"params": encoder_params, "lr": self.lr},
+                                       {"params": net.head.parameters(), "lr": self.head_lr}],
+                                      weight_decay=self.weight_decay)
+        steps = self.epochs * math.ceil(len(rows) / self.batch_size)
+        warmup = int(self.warmup * steps)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: (step + 1) / warmup if step < warmup else max(0.0, (steps - step) / max(1, steps - warmup)))
+        generator = np.random.default_rng(seed)
+        y = torch.from_numpy(targets).to(device)
+        for _ in range(self.epochs):
+            order = rows[generator.permutation(len(rows))]
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start:start + self.batch_size]
+                with _autocast(device):
+                    pred = net(tokens, chunk)
+                loss = nn.functional.mse_loss(pred.float(), y[torch.from_numpy(chunk).to(device)])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                schedule.step()
+
+    def _predict(self, net: _EncoderHead, tokens: dict[str, Tokenized], rows: np.ndarray | None = None) -> np.ndarray:
+        """Predictions for `rows` of the tokenised texts (None: every row), in batches of rows of similar
+        token count (less padding), gathered on the device and copied back once."""
+        device = self._device_marker.device
+        rows = np.arange(len(tokens[net.fields[0]])) if rows is None else np.asarray(rows)
+        length = sum(tokens[f].tokens()[rows] for f in net.fields)
+        order = np.argsort(length, kind="stable")
+        out = torch.zeros(len(rows), net.head.out_features, dtype=torch.float32, device=device)
         net.eval()
         with torch.no_grad():
-            for start in range(0, n, self.batch_size * 2):
+            for start in range(0, len(rows), self.batch_size * 2):
                 chunk = order[start:start + self.batch_size * 2]
-                with _autocast(self._device_marker.device):
-                    out[chunk] = net(_rows(texts, chunk)).float().cpu().numpy()
-        return out
+                with _autocast(device):
+                    out[torch.from_numpy(chunk).to(device)] = net(tokens, rows[chunk]).float()
+        return out.cpu().numpy()
 
     def _fitted_net(self) -> _EncoderHead:
         """The fitted net: kept from fit, or rebuilt from the base encoder and the state's weights.
@@ -211,17 +254,14 @@ class FineTunedEncoderExpert(FittedModule):
         if self._state is None:
             raise RuntimeError("FineTunedEncoderExpert used before fit (the module fits it at the start of training)")
         texts = {f: [t or "" for t in batch["texts"][f]] for f in self._state["fields"]}
-        return self._as_batch_tensor(self._predict(self._fitted_net(), texts), batch)
+        net = self._fitted_net()
+        return self._as_batch_tensor(self._predict(net, net.tokenize(texts)), batch)
 
     def set_extra_state(self, state: dict[str, Any] | None) -> None:
         super().set_extra_state(state)
         self.__dict__["_net"] = None  # rebuilt from these weights on first use
         if state is not None:
             self.fields = list(state["fields"])
-
-
-def _rows(texts: dict[str, list[str]], rows: np.ndarray) -> dict[str, list[str]]:
-    return {f: [values[i] for i in rows] for f, values in texts.items()}
 
 
 def _autocast(device: torch.device):
