@@ -136,7 +136,7 @@ grid_mps() {
   $PY benchmarks/grid.py --device $DEVICE $GRID --work "$WORK" --out $RESULTS/grid_mps.md
 }
 export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps_pipe CUDA_MPS_LOG_DIRECTORY=$WORK/mps_log
-export -f grid_mps; export DEVICE GRID RESULTS
+export -f grid_mps; export PY DEVICE GRID RESULTS   # bash -c sees exported names only
 if wanted mps && [ "$DEVICE" = cuda ]; then
   part grid_mps 150 bash -c grid_mps
   echo quit | nvidia-cuda-mps-control > /dev/null 2>&1

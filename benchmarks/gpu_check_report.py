@@ -101,8 +101,8 @@ def fold_rows(sweep: Path) -> tuple[list[str], list[bool | None]]:
     summaries = {job.name: json.loads((job / "test_metrics.json").read_text())
                  for job in jobs if (job / "test_metrics.json").is_file()}
     baselines = sorted({b for s in summaries.values() for b in s.get("baselines", {})})
-    rows = [f"| job | seconds | within {FOLD_TARGET_S} s | fine-tuning s | model r | "
-            + " | ".join(f"{b} r" for b in baselines) + " |", "|---|---|---|---|---|" + "---|" * len(baselines)]
+    header = ["job", "seconds", f"within {FOLD_TARGET_S} s", "fine-tuning s", "model r"] + [f"{b} r" for b in baselines]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     verdicts: list[bool | None] = []
     for job in jobs:
         summary = summaries.get(job.name)

@@ -148,3 +148,16 @@ def test_a_reduced_text_sweep_says_so(tmp_path):
     report = out.read_text()
     assert "the recipe reduced (`model.net.experts.2.inner_folds=2`)" in report and "the folds at once" in report
     assert "Target 60 s per fold: 1 of 1 folds within it." in report
+
+
+def test_a_sweep_with_no_finished_fold_writes_a_table_of_even_rows(tmp_path):
+    """No fold finished, so no baseline is known: the header has as many cells as the rows (it had one more)."""
+    logs = _logs(tmp_path)
+    with (logs / "summary.md").open("a") as summary:
+        summary.write("| text_finetune_sweep | stopped at its 217 s limit | 218 s |\n")
+    _fold(logs / "text_finetune_sweep", 0, None)
+    out = tmp_path / "results" / "gpu_check.md"
+    assert gpu_check_report.main([str(logs), str(out)]) == 0
+    section = out.read_text().split("## The fine-tuned text recipe")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(table) == 3 and len({line.count("|") for line in table}) == 1, table
