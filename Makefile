@@ -97,7 +97,7 @@ $(SERVE_DIR)/text_empathetic_exchanges/checkpoints/last.ckpt: | $(STAMP)
 	$(PY) train.py experiment=text_empathetic_exchanges data.cv_fold=0 model.robustness.n_texts=0 logger=none \
 	  hydra.run.dir=$(SERVE_DIR)/text_empathetic_exchanges
 $(SERVE_DIR)/text_synthetic/checkpoints/last.ckpt: | $(STAMP)
-	$(PY) -c "from empathic_fusion.text.synthetic import make_text_table as t; import os; os.makedirs('$(SERVE_DIR)', exist_ok=True); t(40, 3, seed=0, persona_effect=True).to_csv('$(SERVE_DIR)/text_table.csv', index=False)"
+	$(PY) -c "from empathic_fusion.demo.generated_table import make_text_table as t; import os; os.makedirs('$(SERVE_DIR)', exist_ok=True); t(40, 3, seed=0, persona_effect=True).to_csv('$(SERVE_DIR)/text_table.csv', index=False)"
 	$(PY) train.py data=text_csv model=text_regressor data.path=$(SERVE_DIR)/text_table.csv data.text_columns=[text] \
 	  data.label_columns=[cognitive,emotional,behavioral] data.group_column=writer data.name=synthetic_text \
 	  data.generated=true data.persona_columns=[gender,empathic_concern] data.cv_folds=2 model.robustness.n_texts=0 \

@@ -161,9 +161,9 @@ SYNTHETIC = {"writers": 150, "turns": 4, "seed": 0}
 
 def second_table(out_dir: Path, common: list[str], jobs: int, labels: dict[str, str]) -> str:
     """The default against the previous default (round3) on a second table, the generated one of
-    empathic_fusion/text/synthetic.py (one text field, three labels from planted phrases, 5 folds
+    empathic_fusion/demo/generated_table.py (one text field, three labels from planted phrases, 5 folds
     grouped by writer): the representation experts must not hurt where words carry the signal."""
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = out_dir / "table.csv"
@@ -176,7 +176,7 @@ def second_table(out_dir: Path, common: list[str], jobs: int, labels: dict[str, 
         seconds[name], folds[name] = run_recipe([*data, *common, *RECIPE_OVERRIDES[name]], list(range(5)),
                                                 out_dir / name, jobs)
     rows = SYNTHETIC["writers"] * SYNTHETIC["turns"]
-    return (f"A second table: the generated one of empathic_fusion/text/synthetic.py ({SYNTHETIC['writers']} writers x "
+    return (f"A second table: the generated one of empathic_fusion/demo/generated_table.py ({SYNTHETIC['writers']} writers x "
             f"{SYNTHETIC['turns']} turns = {rows} rows, seed {SYNTHETIC['seed']}; one text field, the mean of three "
             "labels driven by planted phrases), 5 folds grouped by writer, the same two recipes:\n\n"
             + summary_table(folds, seconds, "cpu", labels) + "\n")

@@ -3,11 +3,11 @@
     python benchmarks/finetune_fixed_cost.py                    # this machine's CPU, against commit 219e136
     python benchmarks/finetune_fixed_cost.py --ref HEAD --repeats 1 --no-write
 
-FineTunedEncoderExpert.fit (empathic_fusion/text/finetuned_expert.py) fine-tunes `inner_folds + 1` copies of
+FineTunedEncoderExpert.fit (empathic_fusion/models/text/finetuned_expert.py) fine-tunes `inner_folds + 1` copies of
 the encoder. Everything a fit does besides the optimisation steps and the held-out predictions (loading the
 encoder, tokenising, building nets and batches, copying predictions back) is paid once per fine-tuning or
 per batch whatever the table's size: the fixed cost. Each version's fit runs in a fresh process on a small
-generated table (empathic_fusion/text/synthetic.py, `--writers` writers so every inner fold is grouped):
+generated table (empathic_fusion/demo/generated_table.py, `--writers` writers so every inner fold is grouped):
 "before" is the fit of `--ref`, its package unpacked with `git archive` into a temporary folder and put first
 on PYTHONPATH; "after" is the working tree's. A third process times the steps alone on the working tree: the
 same fine-tunings' forward, backward and optimizer steps on the same rows in the same batches, and the same
@@ -41,7 +41,7 @@ def _table(args: argparse.Namespace) -> tuple[list[str], Any, list[str]]:
     """The generated table's texts, standardised targets (N x 1) and writers."""
     import numpy as np
 
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     table = make_text_table(n_writers=args.writers, turns_per_writer=args.turns, seed=0)
     y = table["emotional"].to_numpy(np.float32)[:, None]
@@ -49,7 +49,7 @@ def _table(args: argparse.Namespace) -> tuple[list[str], Any, list[str]]:
 
 
 def _expert(args: argparse.Namespace) -> Any:
-    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+    from empathic_fusion.models.text.finetuned_expert import FineTunedEncoderExpert
 
     expert = FineTunedEncoderExpert(trainable_layers=args.trainable_layers, max_length=args.max_length,
                                     epochs=args.epochs, batch_size=args.batch_size, inner_folds=args.inner_folds,
@@ -83,7 +83,7 @@ def child_steps(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     import empathic_fusion
-    from empathic_fusion.text.experts import grouped_folds
+    from empathic_fusion.models.text.experts import grouped_folds
 
     texts, y, groups = _table(args)
     _warm(args)

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
 from benchmarks.train_throughput import MODELS, StepTimer, fusion_module  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule  # noqa: E402
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule  # noqa: E402
 from empathic_fusion.config import with_defaults  # noqa: E402
 from empathic_fusion.core.branches import BRANCH_MODALITY, INDEXED  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
@@ -142,11 +142,11 @@ def features_config(branch_dims: dict[str, int]) -> dict:
 
 
 def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str, batch_size: int,
-               memory_gb: float | None, frames: str = "auto", trainer: L.Trainer | None = None) -> EmpathyDataModule:
+               memory_gb: float | None, frames: str = "auto", trainer: L.Trainer | None = None) -> FusionDataModule:
     """The training datamodule on (dataset folder, store folder), reading `branch_dims`' branches, its frame
     arrays where `frames` says (for `trainer`'s device when given, as in train.py)."""
     features = features_config(branch_dims)
-    dm = EmpathyDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
+    dm = FusionDataModule(str(root[0]), str(root[1]), list(features["modalities"]), features,
                            name="grid", batch_size=batch_size, extract_workers=1, loader=loader,
                            frames=frames, device_memory_gb=memory_gb)
     dm.prepare_data = lambda: None  # measure the store as it is: no extraction (the synthetic one has no media)
@@ -154,7 +154,7 @@ def datamodule(root: tuple[Path, Path], branch_dims: dict[str, int], loader: str
     return dm
 
 
-def loader_rate(dm: EmpathyDataModule, batches: int, warmup: int = 5) -> tuple[float, float]:
+def loader_rate(dm: FusionDataModule, batches: int, warmup: int = 5) -> tuple[float, float]:
     """Training windows per wall second and per CPU second of this process over `batches` batches after
     `warmup` (workers, first touch of the arrays and of the reused batch buffers), drawn over as many
     epochs as that takes, as a run of several epochs would (the CPU figure is what a quiet machine would
@@ -207,7 +207,7 @@ def _trainer(args: argparse.Namespace, callbacks: list) -> L.Trainer:
                      limit_val_batches=0, callbacks=callbacks)  # over as many epochs as the steps take
 
 
-def train_rate(name: str, dm: EmpathyDataModule, args: argparse.Namespace, preloaded: list[dict] | None,
+def train_rate(name: str, dm: FusionDataModule, args: argparse.Namespace, preloaded: list[dict] | None,
                trainer: L.Trainer | None = None) -> dict[str, Any]:
     """Training windows/s over --steps steps after --warmup: from the datamodule, or from `preloaded` batches.
     Also the peak GPU memory and the timed span (time.perf_counter, the system's monotonic clock).

@@ -14,7 +14,7 @@ bf16-mixed: bf16 autocast; bf16-true: weights and inputs in bf16) and, for ours,
 compiled (`model.compile=true`) and graphed (`model.step_graph=true`, the whole step one CUDA graph).
 Each side's kernels per eager step (benchmarks/kernel_count.py) are given beside its time, per part (net,
 norms, head, loss, optimizer: forward+backward), so where a side spends its launches shows. Our models run
-through EmpathyModule with the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
+through FusionModule with the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
 video already time-averaged: the plain mean over time is part of its step, as the masked mean is
 part of ours. Steps of the models being compared are interleaved in one process (ours, theirs,
 theirs, ours, ...) so machine load hits both sides alike and the ratio stays fair on a shared machine.

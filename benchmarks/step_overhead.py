@@ -5,7 +5,7 @@
 
 The same training step, four ways, timed in turn in one process:
 - net: the bare network and head (forward, MSE, backward, AdamW step): the floor;
-- training_step: EmpathyModule.training_step called directly, without a Trainer (what the module adds);
+- training_step: FusionModule.training_step called directly, without a Trainer (what the module adds);
 - trainer: the Lightning Trainer as train.py builds it (the trainer group's settings, no logger, no
   checkpoints, no progress bar, as in a batch job) over batches already on the device (what the loop adds);
 - store: that Trainer on the datamodule over a synthetic feature store in the real format (what the
@@ -161,13 +161,13 @@ def _module(name: str, dims: dict[str, int], compiled: bool = False, graphed: bo
 
 def _datamodule(root: str, size: dict[str, Any], trainer):
     """The training datamodule over a synthetic store, placed for `trainer`'s device (as train.py does)."""
-    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 
     modalities: dict[str, list[str]] = {}
     for branch in size["branches"]:
         modalities.setdefault({"face": "video", "cnn": "video"}.get(branch, branch), []).append(branch)
     features = {"modalities": modalities}
-    dm = EmpathyDataModule(str(Path(root) / "dataset"), str(Path(root) / "store"), list(modalities), features,
+    dm = FusionDataModule(str(Path(root) / "dataset"), str(Path(root) / "store"), list(modalities), features,
                            name="step_overhead", window_frames=size["frames"], batch_size=size["batch"],
                            extract_workers=1, split_fractions=(0.8, 0.1, 0.1))
     dm.prepare_data = lambda: None  # the synthetic store has no media to extract from

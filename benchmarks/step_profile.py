@@ -3,7 +3,7 @@
     python benchmarks/step_profile.py --device cuda                  # TFN, the paper's dims, on a GPU
     python benchmarks/step_profile.py --device cpu --steps 3 --batch-size 8 --no-write   # try it on a CPU
 
-Each model trains through EmpathyModule and the Lightning Trainer on synthetic batches already on the device
+Each model trains through FusionModule and the Lightning Trainer on synthetic batches already on the device
 (benchmarks/train_throughput.py), once as usual (eager) and once with `model.step_graph=true`; after the warm-up
 (`--warmup` steps, which include the graph's capture) `--steps` steps are profiled. Per step: the kernels the
 device ran and their time, the host's time in ATen ops and in the step, the device's idle share of the step's

@@ -5,7 +5,7 @@ paper's grid would take at that speed.
     python benchmarks/train_throughput.py --device cpu --steps 3 --batch-size 8 --frames 16   # quick check
 
 Each model (conf/model/<name>.yaml, the paper's hyperparameters) trains through the same
-EmpathyModule and Lightning Trainer as train.py on random windows with video+audio+text (batch 64,
+FusionModule and Lightning Trainer as train.py on random windows with video+audio+text (batch 64,
 120 frames, dims 2762 / 65 / 384, story 384 by default); batches come pinned from host memory as
 from the datamodule, so host-to-device copies are included, store reads are not. Samples/s are
 timed over `--steps` optimizer steps after `--warmup` steps; peak GPU memory is
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from empathic_fusion.models.base import build_module  # noqa: E402
-from empathic_fusion.models.empathy_module import EmpathyModule  # noqa: E402
+from empathic_fusion.models.fusion_module import FusionModule  # noqa: E402
 from empathic_fusion.pipeline import run_config  # noqa: E402
 from empathic_fusion.utils.compose import compose_config  # noqa: E402
 from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
@@ -105,7 +105,7 @@ class StepTimer(L.Callback):
 
 
 def fusion_module(name: str, modalities: list[str], input_dims: dict[str, int],
-                  module_overrides: dict[str, Any] | None = None, **net_overrides: Any) -> EmpathyModule:
+                  module_overrides: dict[str, Any] | None = None, **net_overrides: Any) -> FusionModule:
     """conf/model/<name>.yaml's module, built as train.py builds it (module settings, e.g. compile, and net
     overrides applied)."""
     config = run_config(compose_config([f"model={name}"], ROOT / "logs" / "benchmarks"))

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from empathic_fusion.config import ConfigError, validate
 from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.evaluation.groups import check_groups
-from empathic_fusion.evaluation.reports import module_report
+from empathic_fusion.evaluation.report import module_report
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.datamodules.setup_cache import sweep_scope
@@ -26,7 +26,7 @@ from empathic_fusion.utils.run_output import plot_list, shown, what_now
 
 log = logging.getLogger(__name__)
 RUN_CONFIG_KEYS = ("data", "features", "modality", "model", "evaluation", "seed")  # what a checkpoint keeps of its run
-RESULTS_TABLE = "test_metrics.md"  # the test report's table (evaluation/report.py)
+RESULTS_TABLE = "test_metrics.md"  # the test report's table (evaluation/report_parts.py)
 NEW_DATA = {"dataset_dir": "<folder of new sessions>", "path": "<table of new texts>"}  # what predict scores
 
 
@@ -138,7 +138,7 @@ def train_summary(cfg: DictConfig, results: dict[str, Any]) -> str:
                   f"{shown(run_dir / 'checkpoints')}/  (ckpt_path=<run folder> takes its best)" if saved else None)
     data_key = "dataset_dir" if "dataset_dir" in cfg.data else "path"
     table = run_dir / RESULTS_TABLE
-    failed = (results.get("sanity") or {}).get("message")  # the report's sanity check (evaluation/report.py)
+    failed = (results.get("sanity") or {}).get("message")  # the report's sanity check (evaluation/report_parts.py)
     return what_now([
         ("run folder", shown(run_dir)), ("checkpoint", checkpoint),
         ("results", shown(table) if table.is_file() else None),

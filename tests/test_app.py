@@ -50,7 +50,7 @@ def _text_overrides(table: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory) -> tuple[dict, Path]:
     """A tiny text regressor with persona columns on the synthetic table (marked generated), by train.py's path."""
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     root = tmp_path_factory.mktemp("text_model")
     make_text_table(16, 2, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
@@ -80,7 +80,7 @@ def test_test_report_writes_a_local_timeline_per_test_session(fusion_run):
 
 @pytest.mark.slow
 def test_checkpoint_carries_the_training_normalisation(fusion_run):
-    from empathic_fusion.models.empathy_module import STATS_KEY
+    from empathic_fusion.models.fusion_module import STATS_KEY
 
     checkpoint = torch.load(fusion_run[0]["best_checkpoint"], map_location="cpu", weights_only=False)
     mean, std = checkpoint[STATS_KEY]["video"]
@@ -113,10 +113,10 @@ def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_datase
 
 @pytest.mark.slow
 def test_predict_split_needs_the_checkpoint_statistics(tiny_dataset, tiny_store):
-    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
     from tests.conftest import FEATURES_CFG
 
-    datamodule = EmpathyDataModule(str(tiny_dataset), str(tiny_store), ["video", "text"], FEATURES_CFG, predict=True)
+    datamodule = FusionDataModule(str(tiny_dataset), str(tiny_store), ["video", "text"], FEATURES_CFG, predict=True)
     with pytest.raises(ValueError, match=r"training statistics.*\['video'\]"):
         datamodule.setup("predict")
 
@@ -214,7 +214,7 @@ def test_a_run_folder_serves_its_best_checkpoint_not_the_last(tmp_path):
     """A learning rate far too high: validation loss is best early and worse at the last epoch. Serving the
     run folder serves the monitored best (and says which), not last.ckpt."""
     from empathic_fusion.app.ui import models_from_config
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     make_text_table(16, 2, seed=1).to_csv(tmp_path / "table.csv", index=False)
     losses = _ValLosses()

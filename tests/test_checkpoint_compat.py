@@ -11,7 +11,7 @@ import torch
 
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, register_model, registered_name
 from empathic_fusion.models.checkpoints import WrongKindError, load_module, read_checkpoint, read_header
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.models.text_module import TextEmpathyModule
 from empathic_fusion.scoring.text import TextScorer
 
@@ -39,7 +39,7 @@ def test_format2_headers_read_as_registered_names():
 
 def test_a_format2_fusion_checkpoint_loads_and_predicts_as_before():
     module = load_module(DATA / "fusion_lf_lstm.ckpt", kind="fusion").eval()
-    assert isinstance(module, EmpathyModule) and module.kind == "fusion"
+    assert isinstance(module, FusionModule) and module.kind == "fusion"
     with torch.no_grad():
         pred = module(_batch())
     assert pred.tolist() == pytest.approx(EXPECTED["fusion_predictions"], abs=1e-6)

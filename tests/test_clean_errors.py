@@ -30,7 +30,7 @@ def _error_classes() -> list[tuple[type, type]]:
     from empathic_fusion.features.openface_import import OpenFaceFormatError
     from empathic_fusion.features.store import StoreIntegrityError
     from empathic_fusion.models.checkpoints import IncompatibleResumeError, WrongKindError
-    from empathic_fusion.models.empathy_module import FeatureMismatchError
+    from empathic_fusion.models.fusion_module import FeatureMismatchError
     from empathic_fusion.scoring.table import TableError
     from empathic_fusion.datamodules.text_table import TextTableError
 

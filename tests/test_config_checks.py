@@ -88,7 +88,7 @@ def test_partial_configs_from_code_are_typed_with_defaults_filled_in():
     with pytest.raises(ConfigError, match=re.escape("features.cnn.fo: not a setting; known: ['model'")):
         typed("features", {"cnn": {"fo": 1}})
     with pytest.raises(ConfigError, match=re.escape("data.dataset_dir=???: must be set")):
-        typed("data", {"_target_": "empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule"})
+        typed("data", {"_target_": "empathic_fusion.datamodules.fusion_datamodule.FusionDataModule"})
 
 
 def test_text_model_settings_are_checked(tmp_path):
@@ -103,7 +103,7 @@ def test_text_model_settings_are_checked(tmp_path):
                             "optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3}})
     assert built.use_persona and built.baselines.embedding_ridge and built.robustness.n_texts == 0
     with pytest.raises(ConfigError, match=re.escape("model.net=None: must be a network config")):
-        typed("model", {"_target_": "empathic_fusion.models.empathy_module.EmpathyModule", "net": None,
+        typed("model", {"_target_": "empathic_fusion.models.fusion_module.FusionModule", "net": None,
                         "optimizer": {"_target_": "torch.optim.AdamW"}})
 
 

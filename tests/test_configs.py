@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from empathic_fusion.config import (EvaluateRunConfig, ExtractRunConfig, FusionModelConfig, PredictRunConfig,
                                     ServeRunConfig, TextModelConfig, TrainRunConfig, validate)
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.pipeline import build_datamodule, build_model
 from empathic_fusion.utils import CONFIG_DIR
 from empathic_fusion.utils.compose import compose_config
@@ -97,7 +97,7 @@ def test_the_fine_tune_recipe_keeps_the_default_experts_and_adds_one(tmp_path):
 
 
 def test_judge_config_composes_for_evaluate(tmp_path):
-    from empathic_fusion.text.llm_judge import PROMPTS
+    from empathic_fusion.evaluation.llm_judge import PROMPTS
 
     cfg = _compose("evaluate", ["judge=llm_judge", "+data=empathetic_exchanges"], tmp_path)
     assert cfg.judge.prompt in PROMPTS and cfg.judge.max_retries >= 1 and cfg.data.label_columns == ["empathy"]
@@ -120,7 +120,7 @@ def test_train_config_composes_and_instantiates(override, tmp_path):
     assert dm.modalities == list(cfg.modality.names)
     dims = {"video": 4, "audio": 3, "text": 5, "story": 5, "traits": 6}
     model = build_model(cfg, {"modalities": list(cfg.modality.names), "input_dims": dims})
-    assert isinstance(model, EmpathyModule)
+    assert isinstance(model, FusionModule)
     assert model.net.out_dim > 0
     if override not in ("trainer=gpu", "trainer=ddp"):  # no GPU here; the gpu configs still compose
         trainer = hydra.utils.instantiate(cfg.trainer, logger=False, enable_progress_bar=False)

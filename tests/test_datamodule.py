@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.features.store import FeatureStore
 from tests.conftest import FEATURES_CFG
 
 
-def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> EmpathyDataModule:
-    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
+def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> FusionDataModule:
+    dm = FusionDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
                            extract_workers=1, **kwargs)
     dm.setup("fit")
     return dm
@@ -100,4 +100,4 @@ def test_failed_branch_is_masked_and_missing_transcript_skipped(dataset_copy, st
 
 def test_bad_modality_is_rejected(tiny_dataset, tiny_store):
     with pytest.raises(ValueError, match="modalities"):
-        EmpathyDataModule(str(tiny_dataset), str(tiny_store), ["smell"], FEATURES_CFG)
+        FusionDataModule(str(tiny_dataset), str(tiny_store), ["smell"], FEATURES_CFG)

@@ -72,7 +72,7 @@ def test_an_empty_split_stops_before_training_and_says_what_to_change(tiny_datas
 def test_audio_only_session_trains_with_audio_and_text(dataset_copy, store_copy):
     import shutil
 
-    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
     from empathic_fusion.dataset import DatasetError
 
     sessions = pd.read_csv(dataset_copy / "sessions.csv", dtype=str, keep_default_na=False)
@@ -80,7 +80,7 @@ def test_audio_only_session_trains_with_audio_and_text(dataset_copy, store_copy)
     sessions.loc[0, "video"] = ""
     sessions.to_csv(dataset_copy / "sessions.csv", index=False)
     shutil.rmtree(store_copy / "sessions" / sid / "audio")  # extracted again from the audio file alone
-    dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["audio", "text"], FEATURES_CFG, batch_size=8,
+    dm = FusionDataModule(str(dataset_copy), str(store_copy), ["audio", "text"], FEATURES_CFG, batch_size=8,
                            extract_workers=1)
     dm.prepare_data()
     dm.setup("fit")

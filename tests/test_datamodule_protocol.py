@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.models.base import build_datamodule
 from empathic_fusion.datamodules.text_datamodule import TextDataModule
-from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.demo.generated_table import make_text_table
 
 
 def test_the_session_and_the_text_datamodule_implement_the_protocol(tmp_path):
-    sessions = EmpathyDataModule(dataset_dir=str(tmp_path / "dataset"), store_dir=str(tmp_path / "store"),
+    sessions = FusionDataModule(dataset_dir=str(tmp_path / "dataset"), store_dir=str(tmp_path / "store"),
                                  modalities=["video", "text"], features={})
     texts = TextDataModule(path=None, text_columns=["text"], label_columns=["emotional"],
                            table=make_text_table(10, 3, seed=0))

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from empathic_fusion.evaluation.sweep import PaperTablesCallback, collect_runs, evaluate_sweep, skipped_runs
 from empathic_fusion.evaluation.tables import aggregate_runs, rank_marks, to_latex, to_markdown
-from empathic_fusion.evaluation.report import format_ci
+from empathic_fusion.evaluation.report_parts import format_ci
 from empathic_fusion.metrics import ALL_METRIC_NAMES, METRIC_NAMES, PAPER_SYMBOLS, format_table
 
 MODELS = {"empathic_fusion.models.lf_lstm.LFLSTM": 0.30, "empathic_fusion.models.tfn.TFN": 0.10, "empathic_fusion.models.amer.AMER": 0.20}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, feature_manifest_hash
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule, feature_manifest_hash
 from empathic_fusion.dataset import load_dataset
 from empathic_fusion.features.extract import extract_features
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
@@ -12,7 +12,7 @@ from tests.conftest import FEATURES_CFG
 
 
 def _hash(dataset, store) -> str:
-    dm = EmpathyDataModule(str(dataset), str(store), ["audio", "text"], FEATURES_CFG, batch_size=8, extract_workers=1)
+    dm = FusionDataModule(str(dataset), str(store), ["audio", "text"], FEATURES_CFG, batch_size=8, extract_workers=1)
     dm.setup("fit")
     return dm.describe()["feature_manifest_hash"]
 

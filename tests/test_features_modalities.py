@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from empathic_fusion.dataset import load_dataset
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.features.speech import speech_mask
 from empathic_fusion.config import with_defaults
 from empathic_fusion.features.extract import branch_signature, extract_features, parse_shard
@@ -42,7 +42,7 @@ def test_video_is_face_plus_cnn_and_text_is_sbert_plus_glove(tiny_dataset, store
     _plant_cnn(store, dataset, cfg)
     report = extract_features(dataset, store, ["text"], cfg, progress=False)
     assert sorted({b for _, b in report.extracted}) == ["glove"]  # SBERT was fresh; only GloVe was missing
-    dm = EmpathyDataModule(str(tiny_dataset), str(store_copy), ["video", "text"], cfg, batch_size=4, extract_workers=1)
+    dm = FusionDataModule(str(tiny_dataset), str(store_copy), ["video", "text"], cfg, batch_size=4, extract_workers=1)
     dm.setup("fit")
     assert dm.input_dims["video"] == 1451 + CNN_DIM and dm.input_dims["text"] == 384 + 50
     data = dm.datasets["train"]
@@ -65,7 +65,7 @@ def test_video_is_face_plus_cnn_and_text_is_sbert_plus_glove(tiny_dataset, store
     # one branch missing for a session masks that part only
     first = dataset.sessions.index[0]
     (store_copy / "sessions" / first / "cnn" / "mask.npy").unlink()
-    dm = EmpathyDataModule(str(tiny_dataset), str(store_copy), ["video"], cfg, batch_size=4, extract_workers=1)
+    dm = FusionDataModule(str(tiny_dataset), str(store_copy), ["video"], cfg, batch_size=4, extract_workers=1)
     dm.setup("fit")
     # the warning names the file that went missing, not just the branch
     assert any(first in w and "mask.npy: is missing" in w and "the cnn part of video is masked" in w
@@ -94,7 +94,7 @@ def test_features_configs_compose(option, tmp_path):
     expected = {"default": (["face"], ["text"]), "paper": (["face", "cnn"], ["text", "glove"])}[option]
     assert (features["modalities"]["video"], features["modalities"]["text"]) == expected
     assert features["cnn"]["model"] == "efficientnet_lite0" and features["audio"]["feature_set"] == "ComParE_2016"
-    dm = EmpathyDataModule("/x", str(tmp_path), ["video", "audio", "text"], features)
+    dm = FusionDataModule("/x", str(tmp_path), ["video", "audio", "text"], features)
     assert dm.branches["video"] == expected[0]
     assert parse_shard(extract.shard) == (3, 16) and list(extract.modality.names) == ["video", "text"]
 

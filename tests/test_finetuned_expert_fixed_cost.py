@@ -1,4 +1,4 @@
-"""What a fit of the fine-tuned encoder expert (empathic_fusion/text/finetuned_expert.py) does besides its
+"""What a fit of the fine-tuned encoder expert (empathic_fusion/models/text/finetuned_expert.py) does besides its
 steps, and that it changes no result: texts tokenised once give the vectors the encoder gives the texts
 (chunks, pooling and normalisation included), a fit loads the base encoder and tokenises each field
 once, every fine-tuning starts from the base encoder's weights (the same seed and rows give the same
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
-from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+from empathic_fusion.models.text.finetuned_expert import FineTunedEncoderExpert
 
 LONG = "She told me about the move, the new job, the friends left behind and the long winter ahead. " * 3
 TEXTS = ["I am so sorry.", "", LONG, "The bus was late today, again, and it rained.", "Fine.", LONG[:90]]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from empathic_fusion.datamodules import frame_cache
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule, device_budget, frames_place
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule, device_budget, frames_place
 from empathic_fusion.datamodules.statistics import covered_sums
 from empathic_fusion.datamodules.window_gather import FrameLayout, MemorySink, fill_frames
 from empathic_fusion.features.store import FeatureStore
@@ -28,8 +28,8 @@ from tests.test_window_gather import assert_same
 MODALITIES = ["video", "audio", "text"]
 
 
-def _datamodule(dataset, store, frames="disk", **kwargs) -> EmpathyDataModule:
-    dm = EmpathyDataModule(str(dataset), str(store), MODALITIES, FEATURES_CFG, batch_size=8, extract_workers=1,
+def _datamodule(dataset, store, frames="disk", **kwargs) -> FusionDataModule:
+    dm = FusionDataModule(str(dataset), str(store), MODALITIES, FEATURES_CFG, batch_size=8, extract_workers=1,
                            frames=frames, **kwargs)
     dm.setup("fit")
     return dm
@@ -39,7 +39,7 @@ def _caches(store: Path) -> list[Path]:
     return sorted(p for p in (store / "frame_cache").iterdir() if p.is_dir())
 
 
-def _every_batch(dm: EmpathyDataModule) -> dict:
+def _every_batch(dm: FusionDataModule) -> dict:
     return {split: data[list(range(len(data)))] for split, data in dm.datasets.items()}
 
 
@@ -154,7 +154,7 @@ def test_concurrent_runs_build_the_cache_once(tiny_dataset, store_copy):
 
 
 def test_filling_a_chunk_at_a_time_equals_one_pass(tiny_dataset, tiny_store):
-    dm = EmpathyDataModule(str(tiny_dataset), str(tiny_store), MODALITIES, FEATURES_CFG, batch_size=8,
+    dm = FusionDataModule(str(tiny_dataset), str(tiny_store), MODALITIES, FEATURES_CFG, batch_size=8,
                            extract_workers=1, loader="reference")
     dm.setup("fit")
     source = dm.datasets["train"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from empathic_fusion.evaluation.report import predict_split
+from empathic_fusion.evaluation.report_parts import predict_split
 from empathic_fusion.models.checkpoints import load_module
 from empathic_fusion.pipeline import build_run, train
 from empathic_fusion.utils.compose import compose_config

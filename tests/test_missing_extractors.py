@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError
 
 import pytest
 
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.core import versions
 from empathic_fusion.core.versions import NOT_INSTALLED, installed_version
 from empathic_fusion.features.extract import signature_matches
@@ -55,7 +55,7 @@ def test_a_recorded_version_matches_an_extractor_that_is_not_installed_here():
 def test_training_reads_a_store_extracted_elsewhere_without_the_extractors(tmp_path, without_extractors):
     write_synthetic(tmp_path, 0.002, 8, BRANCHES)  # recorded with the versions installed (opensmile 2.6.0, ...)
     features = features_config(BRANCHES)
-    dm = EmpathyDataModule(str(tmp_path / "dataset"), str(tmp_path / "store"), list(features["modalities"]),
+    dm = FusionDataModule(str(tmp_path / "dataset"), str(tmp_path / "store"), list(features["modalities"]),
                            features, name="elsewhere", split_fractions=(0.5, 0.25, 0.25), extract_workers=1)
     dm.prepare_data()
     report = dm.extraction_report

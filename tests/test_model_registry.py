@@ -117,7 +117,7 @@ defaults:
   - /optimizer@optimizer: adamw
   - /scheduler@scheduler: step_lr
   - _self_
-_target_: empathic_fusion.models.empathy_module.EmpathyModule
+_target_: empathic_fusion.models.fusion_module.FusionModule
 net:
   _target_: empathic_fusion.models.toy_mean_pool.ToyMeanPool
   hidden: 8

@@ -10,10 +10,10 @@ import torch
 
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.models.checkpoints import load_module, read_header
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.pipeline import evaluate, train
 from empathic_fusion.models.text_module import TextEmpathyModule
-from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.demo.generated_table import make_text_table
 from empathic_fusion.utils.compose import compose_config
 
 pytestmark = pytest.mark.slow  # trains a fusion and a text model
@@ -39,7 +39,7 @@ def runs(tiny_dataset, tiny_store, tmp_path_factory):
     return {"fusion": (fusion_results, root / "fusion"), "text": (text_results, root / "text")}
 
 
-@pytest.mark.parametrize("kind, cls, model", [("fusion", EmpathyModule, "lf_lstm"),
+@pytest.mark.parametrize("kind, cls, model", [("fusion", FusionModule, "lf_lstm"),
                                               ("text", TextEmpathyModule, "text_regressor")])
 def test_both_kinds_train_report_and_evaluate_through_one_path(runs, kind, cls, model, tmp_path):
     results, out = runs[kind]

@@ -32,7 +32,7 @@ def _block(stdout: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> tuple[Path, str]:
     """train.py on the smallest text model, its run folder and what it printed."""
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     root = tmp_path_factory.mktemp("next_steps")
     make_text_table(16, 2, seed=0).to_csv(root / "table.csv", index=False)

@@ -17,7 +17,7 @@ import lightning as L
 import pytest
 import torch
 
-from empathic_fusion.datamodules.empathy_datamodule import device_budget, frames_place
+from empathic_fusion.datamodules.fusion_datamodule import device_budget, frames_place
 from empathic_fusion.datamodules.window_gather import FrameArrays
 from empathic_fusion.pipeline import build_run
 from empathic_fusion.utils import PROJECT_ROOT
@@ -94,7 +94,7 @@ def test_a_text_run_encodes_its_table_on_the_device_it_trains_on(tmp_path):
     under trainer=gpu the table was encoded on the CPU. The encoder now goes to the trainer's device first."""
     from empathic_fusion.core.sentence_encoder import SentenceEncoder
     from empathic_fusion.models.text_module import attach_encoder
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
 
     make_text_table(12, 2, seed=0).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(["trainer=gpu", "data=text_csv", "model=text_regressor", "modality=t",
@@ -132,13 +132,13 @@ def test_frames_in_gpu_memory_equal_the_reference_and_load_without_host_syncs(sy
     batches makes a fixed few host syncs (its order copied to the device, the loader's start), none per batch."""
     from benchmarks.grid import features_config
     from benchmarks.host_syncs import HostSyncCounter
-    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
     from tests.test_window_gather import assert_same
 
     features = features_config(BRANCHES)
 
-    def datamodule(**kwargs) -> EmpathyDataModule:
-        dm = EmpathyDataModule(str(synthetic_store[0]), str(synthetic_store[1]), list(features["modalities"]),
+    def datamodule(**kwargs) -> FusionDataModule:
+        dm = FusionDataModule(str(synthetic_store[0]), str(synthetic_store[1]), list(features["modalities"]),
                                features, batch_size=8, extract_workers=1, split_fractions=(0.6, 0.2, 0.2), **kwargs)
         dm.setup("fit")
         return dm
@@ -148,7 +148,7 @@ def test_frames_in_gpu_memory_equal_the_reference_and_load_without_host_syncs(sy
                     if isinstance(v, dict) else v) for k, v in batch.items()}
 
     reference = datamodule(loader="reference")
-    with mock.patch("empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule._training_device",
+    with mock.patch("empathic_fusion.datamodules.fusion_datamodule.FusionDataModule._training_device",
                     lambda self: torch.device("cuda", 0)):
         for dtype in (torch.float32, torch.bfloat16):
             dm = datamodule(device_frames_dtype=str(dtype).replace("torch.", ""))

@@ -176,7 +176,7 @@ def conversation_run(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     epochs). A reply's rating is the previous reply's emotional level (the first one's its own), so the model
     leans on previous_turns. Turn numbers 1, 6, 11: read as text they would order 11 before 6."""
     from empathic_fusion.pipeline import train
-    from empathic_fusion.text.synthetic import make_text_table
+    from empathic_fusion.demo.generated_table import make_text_table
     from empathic_fusion.utils.compose import compose_config
 
     root = tmp_path_factory.mktemp("conversation_run")

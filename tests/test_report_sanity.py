@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE, evaluate_conditions, markdown, summarize
-from empathic_fusion.evaluation.report import sanity_check, write_test_report
+from empathic_fusion.evaluation.report_parts import sanity_check, write_test_report
 from empathic_fusion.evaluation.card import fusion_card
 
 
@@ -40,7 +40,7 @@ def test_the_written_report_keeps_its_heading_and_carries_the_sentence(tmp_path,
             "constant train mean (per rating)": {"pearson": 0.0, "spearman": 0.0, "accuracy": 0.5, "f1": 0.0,
                                                  "mse": 0.31}}
     sanity = sanity_check(rows["Model (per rating)"], rows["constant train mean (per rating)"], "the 1-5 rating scale")
-    with caplog.at_level(logging.WARNING, logger="empathic_fusion.evaluation.report"):
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.evaluation.report_parts"):
         summary = write_test_report(tmp_path, "Test metrics (ratings 1-5; MSE on the 1-5 rating scale)", rows,
                                     {"model": {"rating": rows["Model (per rating)"]}}, sanity=sanity)
     lines = (tmp_path / "test_metrics.md").read_text().splitlines()
@@ -108,7 +108,7 @@ def test_the_report_of_a_constant_model_says_it_does_not_beat_the_mean(tiny_data
                           "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", "seed=1",
                           "model=mean", "modality=v+t", "evaluation.bootstrap=0", "evaluation.plots=false",
                           "evaluation.missing_rates=[0,0.5]"], out)
-    with caplog.at_level(logging.WARNING, logger="empathic_fusion.evaluation.report"):
+    with caplog.at_level(logging.WARNING, logger="empathic_fusion.evaluation.report_parts"):
         results = train(cfg)
     written = json.loads((out / "test_metrics.json").read_text())
     sentence = written["sanity"]["message"]

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 
 from empathic_fusion.models.base import build_module
 from empathic_fusion.models.checkpoints import load_module, read_header
-from empathic_fusion.models.empathy_module import EmpathyModule, FeatureMismatchError
+from empathic_fusion.models.fusion_module import FusionModule, FeatureMismatchError
 from empathic_fusion.pipeline import run_config
 from empathic_fusion.utils.compose import compose_config
 
@@ -53,11 +53,11 @@ def test_checkpoint_describes_what_it_was_trained_on(checkpoint):
     assert torch.load(checkpoint, weights_only=False)["empathic_fusion"] == description
     assert description["module"] == "fusion" and description["model"] == "lf_lstm" and description["format"] == 3
     assert description["created"].startswith("20") and description["commit"]
-    assert isinstance(load_module(checkpoint), EmpathyModule)
+    assert isinstance(load_module(checkpoint), FusionModule)
 
 
 def test_same_dims_run_and_other_dims_stop_with_a_clear_message(checkpoint):
-    model = EmpathyModule.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=False).eval()
+    model = FusionModule.load_from_checkpoint(checkpoint, map_location="cpu", weights_only=False).eval()
     with torch.no_grad():
         assert model(_batch(DIMS)).shape == (8,)
         with pytest.raises(FeatureMismatchError, match=r"video has 9 dims instead of 6.*feature config"):

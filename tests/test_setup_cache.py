@@ -9,20 +9,20 @@ from pathlib import Path
 import pytest
 
 from empathic_fusion.datamodules import setup_cache
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from tests.conftest import FEATURES_CFG
 from tests.test_window_gather import assert_same
 
 
-def _set_up(dataset: Path, store: Path, modalities=("audio", "text"), **kwargs) -> EmpathyDataModule:
-    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, extract_workers=1,
+def _set_up(dataset: Path, store: Path, modalities=("audio", "text"), **kwargs) -> FusionDataModule:
+    dm = FusionDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, extract_workers=1,
                            **{"batch_size": 8, **kwargs})
     dm.prepare_data()
     dm.setup("fit")
     return dm
 
 
-def _every_batch(dm: EmpathyDataModule) -> dict:
+def _every_batch(dm: FusionDataModule) -> dict:
     return {split: data[list(range(len(data)))] for split, data in dm.datasets.items()}
 
 

@@ -96,7 +96,7 @@ def test_session_without_a_face_is_masked_and_reported(dataset_copy, store_copy)
 def test_data_warnings_are_stored_and_repeated_once_on_every_run_that_reads_them(dataset_copy, store_copy, caplog):
     import logging
 
-    from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+    from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
     from empathic_fusion.utils.run_output import data_warning_summary, reset_data_warnings
 
     sid = _first_session(dataset_copy)
@@ -109,7 +109,7 @@ def test_data_warnings_are_stored_and_repeated_once_on_every_run_that_reads_them
         reset_data_warnings()
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="empathic_fusion.data"):
-            dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["video", "audio", "text"], FEATURES_CFG,
+            dm = FusionDataModule(str(dataset_copy), str(store_copy), ["video", "audio", "text"], FEATURES_CFG,
                                    batch_size=8, extract_workers=1)
             dm.prepare_data()
             dm.setup("fit")

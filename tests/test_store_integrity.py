@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from empathic_fusion.dataset import load_dataset
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.features.freshness import StaleFeaturesError
 from empathic_fusion.features.extract import extract_features
 from empathic_fusion.features import frame_rows, store as store_module
@@ -25,8 +25,8 @@ def _extract(dataset_root, store_root, modalities=("video", "audio", "text"), ve
                             workers=1, progress=False, verify=verify)
 
 
-def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> EmpathyDataModule:
-    dm = EmpathyDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
+def _datamodule(dataset, store, modalities=("video", "audio", "text"), **kwargs) -> FusionDataModule:
+    dm = FusionDataModule(str(dataset), str(store), list(modalities), FEATURES_CFG, batch_size=8,
                            extract_workers=1, **kwargs)
     dm.setup("fit")
     return dm
@@ -85,7 +85,7 @@ def test_nan_written_in_place_is_found_by_verify_and_named_by_training(dataset_c
     array.flush()
     del array
     os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))  # damage that keeps size and mtime
-    dm = EmpathyDataModule(str(dataset_copy), str(store_copy), ["audio"], FEATURES_CFG, batch_size=8, extract_workers=1)
+    dm = FusionDataModule(str(dataset_copy), str(store_copy), ["audio"], FEATURES_CFG, batch_size=8, extract_workers=1)
     with pytest.raises(StoreIntegrityError, match=f"session '{sid}', branch 'audio'.*NaN"):
         dm.setup("fit")
         for split in ("train", "val", "test"):

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from empathic_fusion.text import baselines
+from empathic_fusion.evaluation import text_baselines as baselines
 from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS, PersonaEncoder, TextTableSpec, grouped_folds, read_table, text_fields, validate
-from empathic_fusion.text.perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
-from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.evaluation.text_perturb import CHARACTER_LEVEL, GREEK_HOMOGLYPHS, PERTURBATIONS, perturb
+from empathic_fusion.demo.generated_table import make_text_table
 
 SAMPLE = ("I can feel the thoroughness of your emotional pain, and it is amazing that you are able to push through "
           "this. It is as if you are a warrior, and I envy that. It is difficult to go through tensions with family, "

@@ -1,4 +1,4 @@
-"""Ridge experts and their stack (empathic_fusion/text/experts.py): held-out predictions are cross-fitted and
+"""Ridge experts and their stack (empathic_fusion/models/text/experts.py): held-out predictions are cross-fitted and
 equal plain scikit-learn pipelines under GroupKFold, the stack weights are non-negative least squares
 (checked against scipy and LinearRegression(positive=True)), the stack follows the expert
 that carries the signal, fitted state travels in the state dict, and a fine-tuned encoder with an
@@ -17,8 +17,8 @@ from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from empathic_fusion.text import baselines
-from empathic_fusion.text.experts import (GRID_END_NOTES, RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert,
+from empathic_fusion.evaluation import text_baselines as baselines
+from empathic_fusion.models.text.experts import (GRID_END_NOTES, RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert,
                                           _dense_held_out, stack_weights)
 
 WORDS = ["kind", "sorry", "late", "bus", "rain", "hug", "warm", "cold", "loud", "calm", "glad", "sad"]
@@ -186,7 +186,7 @@ FINE_TUNING = {"trainable_layers": 1, "max_length": 16, "epochs": 4, "batch_size
 def fine_tuned():
     """A FineTunedEncoderExpert (top MiniLM layer) fitted on 60 rows whose target is a caring or a flat
     reply, 2 rows per group; the rows each of its fine-tunings trained on are recorded."""
-    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+    from empathic_fusion.models.text.finetuned_expert import FineTunedEncoderExpert
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 60).astype(np.float32)
@@ -217,7 +217,7 @@ def test_fine_tuned_expert_learns_and_is_cross_fitted_on_grouped_folds(fine_tune
 
 
 def test_fine_tuned_expert_round_trips_through_the_state_dict_and_refuses_another_base_encoder(fine_tuned):
-    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+    from empathic_fusion.models.text.finetuned_expert import FineTunedEncoderExpert
 
     expert = fine_tuned[0]
     state = expert.state_dict()
@@ -247,7 +247,7 @@ def test_fine_tuned_expert_round_trips_through_the_state_dict_and_refuses_anothe
 @pytest.mark.gpu
 def test_fine_tuned_expert_fits_and_scores_on_a_gpu_in_bf16():
     """The GPU recipe's expert on the GPU (bf16 autocast): it learns the planted signal and scores there."""
-    from empathic_fusion.text.finetuned_expert import FineTunedEncoderExpert
+    from empathic_fusion.models.text.finetuned_expert import FineTunedEncoderExpert
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 60).astype(np.float32)

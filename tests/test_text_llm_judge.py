@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
 from empathic_fusion.evaluation.judge_report import evaluate_judge
-from empathic_fusion.text.llm_judge import ChatClient, build_messages, parse_score
+from empathic_fusion.evaluation.llm_judge import ChatClient, build_messages, parse_score
 from empathic_fusion.utils import CONFIG_DIR
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from empathic_fusion.text.perturb import PERTURBATIONS
+from empathic_fusion.evaluation.text_perturb import PERTURBATIONS
 from empathic_fusion.scoring.text import TextScorer
-from empathic_fusion.text.synthetic import make_text_table
+from empathic_fusion.demo.generated_table import make_text_table
 from empathic_fusion.utils import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
@@ -185,7 +185,7 @@ def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_rou
                           "data.text_columns=[text]", "data.label_columns=[emotional]", "data.group_column=writer",
                           "data.cv_folds=2", "data.batch_size=8", "data.val_fraction=0.25",
                           "model.net.encoder.trainable_layers=1", "model.net.encoder.max_length=32",
-                          "model.net.experts=[{_target_:empathic_fusion.text.experts.TfidfRidgeExpert,min_df:1}]",
+                          "model.net.experts=[{_target_:empathic_fusion.models.text.experts.TfidfRidgeExpert,min_df:1}]",
                           "model.net.head_input=embeddings",
                           "model.net.encoder.cache_dir=null", "model.baselines.enabled=false", "trainer.max_epochs=2",
                           "trainer.enable_progress_bar=false", "logger=none"], tmp_path / "out")
@@ -243,7 +243,7 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
 
     _, _, root = run
     cfg = compose_config(_overrides(root, "trainer.max_epochs=8", "logger=none", "model.baselines.enabled=false",
-                                    "model.net.branch={_target_:empathic_fusion.text.branches.TfidfBranch,n_components:16,min_df:1}"),
+                                    "model.net.branch={_target_:empathic_fusion.models.text.branches.TfidfBranch,n_components:16,min_df:1}"),
                          tmp_path / "out")
     results = train(cfg)
     checkpoint = torch.load(results["best_checkpoint"], map_location="cpu", weights_only=False)

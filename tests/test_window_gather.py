@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from empathic_fusion.dataset import load_dataset
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.datamodules.sampler import RatingOversampler
 from empathic_fusion.datamodules.window_gather import HostBuffers, IndexBatchSampler, WindowBatches
 from empathic_fusion.features.extract import extract_features
@@ -19,10 +19,10 @@ from tests.test_features_modalities import _plant_cnn
 
 
 def _pair(dataset, store, modalities, features=FEATURES_CFG, frames="auto",
-          **kwargs) -> tuple[EmpathyDataModule, EmpathyDataModule]:
+          **kwargs) -> tuple[FusionDataModule, FusionDataModule]:
     made = []
     for loader in ("reference", "batched"):
-        dm = EmpathyDataModule(str(dataset), str(store), list(modalities), features, batch_size=8,
+        dm = FusionDataModule(str(dataset), str(store), list(modalities), features, batch_size=8,
                                extract_workers=1, loader=loader, frames=frames, **kwargs)
         dm.setup("fit")
         made.append(dm)
@@ -39,7 +39,7 @@ def assert_same(expected, actual, where: str = "batch") -> None:
     assert torch.equal(expected, actual), where
 
 
-def assert_splits_equal(reference: EmpathyDataModule, batched: EmpathyDataModule) -> None:
+def assert_splits_equal(reference: FusionDataModule, batched: FusionDataModule) -> None:
     for split in ("train", "val", "test"):
         old, new = reference.datasets[split], batched.datasets[split]
         assert isinstance(new, WindowBatches) and len(old) == len(new) > 0

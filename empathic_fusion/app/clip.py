@@ -2,7 +2,7 @@
 
 The clip becomes a one-session dataset in the contract's layout (docs/dataset.md) in a scratch
 folder (the uploaded files are referenced where they lie, not copied or read into memory), and the
-checkpoint's own data config builds an `EmpathyDataModule` with its predict split over it:
+checkpoint's own data config builds an `FusionDataModule` with its predict split over it:
 `prepare_data` validates the dataset (a bad transcript CSV is answered with file, line and field)
 and extracts its features into a scratch store with the checkpoint's feature config, `setup` builds
 the windows (stride as in training; the clip is one phase) z-scored with the training statistics
@@ -28,7 +28,7 @@ import yaml
 from empathic_fusion.core.errors import UserError
 from empathic_fusion.evaluation.card import ModelCard, fusion_card
 from empathic_fusion.config import FusionDataConfig
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.datamodules.windows import window_ends
 from empathic_fusion.dataset import TRAIT_COLUMNS, DatasetError
 from empathic_fusion.features.media import MediaError, probe_video
@@ -173,7 +173,7 @@ class ClipScorer:
                                    "story_id": [story], "text": [""]}))
             table.to_csv(target, index=False)
 
-    def datamodule(self, dataset_dir: Path, store_dir: Path) -> EmpathyDataModule:
+    def datamodule(self, dataset_dir: Path, store_dir: Path) -> FusionDataModule:
         """The checkpoint's data config over another dataset: its predict split, the checkpoint's statistics."""
         return predict_datamodule(self.model, dataset_dir, store_dir)
 

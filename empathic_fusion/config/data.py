@@ -32,9 +32,9 @@ def _folds_rules(cv_folds: int, cv_fold: Optional[int]) -> dict[str, tuple[bool,
 
 @dataclass
 class FusionDataConfig:
-    """EmpathyDataModule (empathic_fusion/datamodules/empathy_datamodule.py): windows over sessions."""
+    """FusionDataModule (empathic_fusion/datamodules/fusion_datamodule.py): windows over sessions."""
 
-    _target_: str = "empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule"
+    _target_: str = "empathic_fusion.datamodules.fusion_datamodule.FusionDataModule"
     name: str = "custom"
     dataset_dir: str = MISSING                   # the dataset in the documented layout (docs/dataset.md)
     store_dir: str = "${paths.data_dir}/features/${data.name}"

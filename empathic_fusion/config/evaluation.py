@@ -1,4 +1,4 @@
-"""The `evaluation` group: how a checkpoint's test report is made (empathic_fusion/evaluation/report.py)."""
+"""The `evaluation` group: how a checkpoint's test report is made (empathic_fusion/evaluation/report_parts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

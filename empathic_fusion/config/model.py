@@ -43,9 +43,9 @@ def _check_net(net: Any) -> list[str]:
 
 @dataclass
 class FusionModelConfig:
-    """EmpathyModule (empathic_fusion/models/empathy_module.py): a fusion net over the modalities -> Z -> head."""
+    """FusionModule (empathic_fusion/models/fusion_module.py): a fusion net over the modalities -> Z -> head."""
 
-    _target_: str = "empathic_fusion.models.empathy_module.EmpathyModule"
+    _target_: str = "empathic_fusion.models.fusion_module.FusionModule"
     net: Any = MISSING                           # {_target_: the fusion network, its own keyword arguments}
     head: str = "similarity"                     # similarity: cos(W Z, E(story)) (paper) | regression: MLP on
     #                                              [Z, E(story)] | cosine: cos(Z, E(story)), no projection | constant

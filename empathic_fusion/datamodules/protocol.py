@@ -1,6 +1,6 @@
 """What every datamodule offers the pipeline, the LightningModules and the scorers.
 
-`EmpathyDataModule` (sessions in the dataset contract, datamodules/empathy_datamodule.py) and
+`FusionDataModule` (sessions in the dataset contract, datamodules/fusion_datamodule.py) and
 `TextDataModule` (a table of texts, datamodules/text_datamodule.py) both implement it; `build_datamodule`
 (models/base.py) returns one, and nothing downstream asks which of the two it has. `FusionData` adds what
 a fusion model reads of its datamodule once it is set up (the fusion module checks for it instead of probing

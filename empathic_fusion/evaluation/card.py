@@ -6,7 +6,7 @@ and from the run folder beside it (`<run>/checkpoints/x.ckpt` -> `<run>/test_met
 `<run>/run_info.json`), never from the data folder, which may not be on the serving machine.
 
 Test MSE is shown on the label (rating) scale, named beside it. A model whose test report says it does
-not beat the constant training mean (evaluation/report.py `sanity_check`) has that sentence on its card.
+not beat the constant training mean (evaluation/report_parts.py `sanity_check`) has that sentence on its card.
 Scores are clipped to the label scale of the training data (the page says when a raw score fell
 outside it). The interval shown with a score is the run's split-conformal interval (the test report's
 "intervals", empathic_fusion/evaluation/conformal.py): the score +- a half-width calibrated on the
@@ -28,7 +28,7 @@ import yaml
 
 from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.conformal import METHOD, ConformalInterval
-from empathic_fusion.evaluation.report import MSE_SCALE, sanity_check
+from empathic_fusion.evaluation.report_parts import MSE_SCALE, sanity_check
 from empathic_fusion.models.checkpoints import checkpoint_header
 
 FUSION_OUTPUT = "empathy"  # a fusion model's one output: a rating (its windows averaged)
@@ -61,7 +61,7 @@ class TestMetrics:
 @dataclass
 class ModelCard:
     kind: str  # "text" or "fusion"
-    model: str  # module class and net, e.g. "EmpathyModule: LFLSTM on video+audio+text"
+    model: str  # module class and net, e.g. "FusionModule: LFLSTM on video+audio+text"
     checkpoint: Path
     data: dict[str, Any]  # name, sessions/rows, labels, scale, generated (a datamodule's describe())
     test: dict[str, TestMetrics] = field(default_factory=dict)  # per output name
@@ -220,7 +220,7 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
     data["scale"] = scale.bounds()
     if "generated" not in data:  # checkpoints from before describe() said so: the demo config generates
         data["generated"] = (run_config.get("data") or {}).get("demo") is not None
-    model = f"EmpathyModule: {_net_name(hparams)} on {'+'.join(header.get('modalities') or [])}"
+    model = f"FusionModule: {_net_name(hparams)} on {'+'.join(header.get('modalities') or [])}"
     run = run_folder(ckpt_path)
     summary = _read_json(run / "test_metrics.json")
     rating = ((summary.get("model") or {}).get("rating")) or {}

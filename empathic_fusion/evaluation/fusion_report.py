@@ -1,6 +1,6 @@
 """The test report of a fusion model: per window and per rating next to the constant training mean, with
 the thresholds, participant-bootstrap CIs, conformal intervals, group breakdowns and the missing-modality
-passes, written through the one report of empathic_fusion/evaluation/report.py."""
+passes, written through the one report of empathic_fusion/evaluation/report_parts.py."""
 from __future__ import annotations
 
 import warnings
@@ -13,20 +13,20 @@ from empathic_fusion.datamodules.protocol import FusionData
 from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.groups import check_groups, group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report import (build_report, format_ci, predict_split, sanity_check, settings,
+from empathic_fusion.evaluation.report_parts import (build_report, format_ci, predict_split, sanity_check, settings,
                                                write_test_report)
 from empathic_fusion.metrics import METRIC_NAMES, empathy_metrics, model_loss
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.fusion_module import FusionModule
 
 
-def fusion_report(module: EmpathyModule, datamodule: FusionData, out_dir: Path, evaluation: dict[str, Any],
+def fusion_report(module: FusionModule, datamodule: FusionData, out_dir: Path, evaluation: dict[str, Any],
                   loggers: list | tuple = ()) -> dict[str, Any]:
     """Per window and per rating, next to the train-mean constant baseline; predictions with
     session, participant and story, the per-participant breakdown, bootstrap CIs and plots.
 
     `evaluation` (conf/evaluation) sets the Acc/F1 threshold (`threshold_rating`; mode `fixed`,
     or `validation`: the prediction cutoff that maximises F1 on the validation split), the
-    participant resamples for the CIs and whether to draw plots (empathic_fusion/evaluation/report.py).
+    participant resamples for the CIs and whether to draw plots (empathic_fusion/evaluation/report_parts.py).
     """
     config = settings(evaluation)
     scale = module.rating_scale

@@ -1,5 +1,5 @@
 """The LLM judge as an evaluation (`evaluate.py judge=llm_judge +data=<text data>`): the judge of
-empathic_fusion/text/llm_judge.py scores every CV test fold of a text table, next to the training mean,
+empathic_fusion/evaluation/llm_judge.py scores every CV test fold of a text table, next to the training mean,
 in the tables of `evaluate.py sweep_dir=`."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.evaluation.tables import aggregate_runs, write_tables
 from empathic_fusion.metrics import METRIC_NAMES, metrics_with_levels
 from empathic_fusion.models.base import build_datamodule
-from empathic_fusion.text.llm_judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ChatClient, judge_rows
+from empathic_fusion.evaluation.llm_judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ChatClient, judge_rows
 
 
 def evaluate_judge(cfg, out_dir: Path) -> dict[str, Any]:

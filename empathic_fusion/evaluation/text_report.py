@@ -3,7 +3,7 @@ project always reports, fitted on the same training rows (TF-IDF + ridge, ridge 
 embeddings, the training mean), one row per label and the overall mean, with macro-F1 and QWK on levels;
 the split-conformal intervals per output, calibrated on the fold's validation rows
 (empathic_fusion/evaluation/conformal.py); plus the perturbation report. Written through the one report
-of empathic_fusion/evaluation/report.py.
+of empathic_fusion/evaluation/report_parts.py.
 
 A text run is one fold of a grouped K-fold CV (`data.cv_fold`); `python train.py -m
 experiment=text_empathetic_exchanges data.cv_fold=0,1,2,3,4` covers them all.
@@ -24,12 +24,12 @@ from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.evaluation.conformal import calibrate, format_intervals, interval_report
 from empathic_fusion.evaluation.groups import check_groups, group_results
-from empathic_fusion.evaluation.report import (format_ci, group_report, predict_loader, sanity_check, settings,
+from empathic_fusion.evaluation.report_parts import (format_ci, group_report, predict_loader, sanity_check, settings,
                                                write_test_report)
 from empathic_fusion.evaluation.text_robustness import robustness_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metrics_with_levels
 from empathic_fusion.models.text_module import OVERALL, TextEmpathyModule
-from empathic_fusion.text import baselines
+from empathic_fusion.evaluation import text_baselines as baselines
 
 
 def baseline_predictions(datamodule: TextDataModule, encoder: SentenceEncoder | None, alpha: float | None) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ import pandas as pd
 from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.models.predict import predict_texts
 from empathic_fusion.models.text_module import TextEmpathyModule
-from empathic_fusion.text.perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
+from empathic_fusion.evaluation.text_perturb import CHARACTER_LEVEL, PERTURBATIONS, perturb
 
 
 def robustness_table(module: TextEmpathyModule, texts: list[str], levels: tuple[float, ...] = (0.1, 0.3, 0.6),

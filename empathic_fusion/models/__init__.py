@@ -1,5 +1,5 @@
 """Fusion models (encoders + fusion -> representation), heads, the LightningModules that train them, and
-the text models.
+the text models (their experts in models/text/).
 
 Importing the package imports every module in its folder (`import_models`), so each model registers its
 name (empathic_fusion/core/registry.py) without an import line anywhere: a new fusion model is its net

@@ -1,4 +1,4 @@
-"""The base of every model's LightningModule: fusion nets (models/empathy_module.py) and text models
+"""The base of every model's LightningModule: fusion nets (models/fusion_module.py) and text models
 (models/text_module.py) train, test and save through it, so the pipeline has one path for all.
 
 Every module is built the same way (`empathic_fusion.pipeline.train`):
@@ -16,7 +16,7 @@ owns
   when and from which commit it was written, the datamodule's `describe()` ("data") and the
   subclass's `describe()`,
 - `predict_step`.
-Modules learn and log; the test report is evaluation's (empathic_fusion/evaluation/reports.py), which the
+Modules learn and log; the test report is evaluation's (empathic_fusion/evaluation/report.py), which the
 pipeline calls after testing with the module and its datamodule.
 """
 from __future__ import annotations

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ast
 import logging
 from dataclasses import dataclass
+import pickle
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +26,32 @@ import torch
 
 from empathic_fusion.core.errors import MissingFileError, UserError
 from empathic_fusion.core.registry import class_path, model_class, refresh_targets, registered_name
-
+from empathic_fusion.datamodules import fusion_datamodule, text_datamodule  # noqa: F401  (register their earlier paths)
 from empathic_fusion.models.base import HEADER_FORMAT, HEADER_KEY, EmpathyLightningModule
 
 log = logging.getLogger(__name__)
 
 
+# earlier module of a class pickled into checkpoints -> where it lives now (fitted text experts pickle theirs)
+MOVED_MODULES = {f"empathic_fusion.text.{name}": f"empathic_fusion.models.text.{name}"
+                 for name in ("experts", "finetuned_expert", "branches", "fitted")}
+
+
+class _MovedClassesUnpickler(pickle.Unpickler):
+    """Finds a pickled class that has moved since the checkpoint was written."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(MOVED_MODULES.get(module, module), name)
+
+
+_PICKLE = types.ModuleType("pickle")
+_PICKLE.__dict__.update(pickle.__dict__)
+_PICKLE.Unpickler = _MovedClassesUnpickler
+
+
 def read_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint's dict, memory-mapped (tensors are read when used)."""
-    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True, pickle_module=_PICKLE)
 
 
 def _monitored_states(checkpoint: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:

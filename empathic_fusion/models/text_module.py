@@ -1,12 +1,12 @@
 """Text regressor (Haleas, "Exploring the Empathy of Leading Large Language Models"): encoder -> pooled field embeddings [+ persona] -> MLP ->
 one score per label; the overall score is the mean of the label scores (Empathy = (C+E+B)/3).
-The default adds stacked ridge experts (empathic_fusion/text/experts.py: TF-IDF and one ridge per field on the
+The default adds stacked ridge experts (empathic_fusion/models/text/experts.py: TF-IDF and one ridge per field on the
 frozen embeddings) and puts the head over their scores; see TextRegressor.
 
 `TextEmpathyModule` is the LightningModule every text model trains as (models/base.py), built from
 config like the fusion models: `net` (a `_target_`, with its `encoder` a `_target_` too: frozen and cached, or the
 top n layers fine-tuned; pooling is the encoder's; `head` a `_partial_`; an optional extra
-`branch`, empathic_fusion/text/branches.py), `optimizer` and `scheduler` (`_partial_`
+`branch`, empathic_fusion/models/text/branches.py), `optimizer` and `scheduler` (`_partial_`
 configs, conf/optimizer, conf/scheduler). Persona conditioning ("Talk, Listen, Connect"): each
 categorical attribute gets an embedding, numeric attributes a linear map, concatenated to the text
 representation; `use_persona=False` drops it. Targets are standardised with the training fold's
@@ -16,7 +16,7 @@ Checkpoints describe themselves: `hyper_parameters` hold the net/optimizer confi
 (fields, labels, persona vocabulary, target scaling, levels); the header (`checkpoint["empathic_fusion"]`,
 models/base.py) adds the encoder's folder and identity hash, checked when the checkpoint is loaded,
 and the fitted experts' stack report. The test report is empathic_fusion/evaluation/text_report.py's
-(the shared one of empathic_fusion/evaluation/report.py, with the baselines, per-label rows and level metrics).
+(the shared one of empathic_fusion/evaluation/report_parts.py, with the baselines, per-label rows and level metrics).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.datamodules.text_table import PersonaEncoder
 from empathic_fusion.metrics import metric_values
 from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
-from empathic_fusion.text.experts import GRID_END_NOTES, stack_weights
+from empathic_fusion.models.text.experts import GRID_END_NOTES, stack_weights
 
 log = logging.getLogger(__name__)
 OVERALL = "overall"  # the mean of the label scores, reported and served beside them
@@ -72,13 +72,13 @@ class MLPHead(nn.Sequential):
 @register_model("text_regressor", aliases=("empathic_fusion.text.model.TextRegressor",), module="text")
 class TextRegressor(nn.Module):
     """Shared encoder over every text field, optional persona, MLP head with one output per label,
-    optionally over a stack of ridge experts (empathic_fusion/text/experts.py).
+    optionally over a stack of ridge experts (empathic_fusion/models/text/experts.py).
 
     With a frozen encoder the net holds no encoder (its weights stay out of checkpoints): batches
     bring the cached field embeddings (`embeddings`, fields concatenated), so a step is only the
     head. A fine-tuned encoder is part of the net and reads the batch's raw `texts`.
     `head` builds the head from (input dim, outputs) (a `_partial_` config; default MLPHead); an
-    optional `branch` (empathic_fusion/text/branches.py, e.g. TF-IDF) adds features computed from the texts.
+    optional `branch` (empathic_fusion/models/text/branches.py, e.g. TF-IDF) adds features computed from the texts.
 
     With `experts`, the output is their non-negative weighted sum (weights fitted on their held-out
     predictions, `fit_experts`) plus the head, which starts at zero and learns what the linear stack
@@ -111,7 +111,7 @@ class TextRegressor(nn.Module):
             raise ValueError("an embedding ridge expert needs a frozen encoder (trainable_layers: 0); to fine-tune, "
                              "drop the experts (model.net.experts=[] model.net.head_input=embeddings, as "
                              "experiment=text_empathetic_exchanges_finetune does) or keep text experts only "
-                             "(model.net.experts=[{_target_:empathic_fusion.text.experts.TfidfRidgeExpert}] "
+                             "(model.net.experts=[{_target_:empathic_fusion.models.text.experts.TfidfRidgeExpert}] "
                              "model.net.head_input=embeddings)")
         self.head_input = head_input
         text_dim = encoder.dim * len(self.fields) if head_input == "embeddings" else n_outputs * len(self.experts)

@@ -1,6 +1,6 @@
 """Score a folder of recordings with a fusion checkpoint, through the training data path.
 
-The checkpoint's own data and feature config builds an `EmpathyDataModule` with its predict split over
+The checkpoint's own data and feature config builds an `FusionDataModule` with its predict split over
 the new dataset (ratings.csv optional): `prepare_data` validates the dataset and extracts what its
 store lacks, `setup` builds the windows z-scored with the training statistics the checkpoint carries,
 and `trainer.predict` runs the module's `predict_step` (the web app's Clip tab scores one clip the same
@@ -22,23 +22,23 @@ import numpy as np
 import pandas as pd
 import torch
 
-from empathic_fusion.datamodules.empathy_datamodule import EmpathyDataModule
+from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.datamodules.windows import short_media_note, window_ends
 from empathic_fusion.metrics import aggregate_by_rating
 from empathic_fusion.evaluation.card import FUSION_OUTPUT, FUSION_WINDOW, ModelCard
-from empathic_fusion.models.empathy_module import EmpathyModule
+from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.models.predict import predict
 
 
-def missing_statistics(model: EmpathyModule) -> list[str]:
+def missing_statistics(model: FusionModule) -> list[str]:
     """The model's modalities that its data config z-scores but whose training statistics the checkpoint
     lacks (checkpoints written before they were recorded): such a checkpoint cannot score new data."""
     normalized = model.hparams.run_config["data"].get("normalize") or []
     return [m for m in model.modalities if m in normalized and m not in (model.normalization or {})]
 
 
-def predict_datamodule(model: EmpathyModule, dataset_dir: Path, store_dir: Path, extract_workers: int = 1,
-                       batch_size: int | None = None) -> EmpathyDataModule:
+def predict_datamodule(model: FusionModule, dataset_dir: Path, store_dir: Path, extract_workers: int = 1,
+                       batch_size: int | None = None) -> FusionDataModule:
     """The checkpoint's data config over another dataset: its predict split, the checkpoint's statistics."""
     run_config = model.hparams.run_config
     missing = missing_statistics(model)
@@ -66,7 +66,7 @@ class DatasetScores:
         return int((self.pairs.status == "scored").sum())
 
 
-def score_dataset(model: EmpathyModule, card: ModelCard, dataset_dir: Path, store_dir: Path,
+def score_dataset(model: FusionModule, card: ModelCard, dataset_dir: Path, store_dir: Path,
                   accelerator: str = "cpu", extract_workers: int = 1, batch_size: int | None = None,
                   progress: bool = True) -> DatasetScores:
     """Extract what is missing, then predict every (session, story) pair of the dataset. Raises
@@ -101,7 +101,7 @@ def _clipped(card: ModelCard, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array([v for v, _ in values], dtype=float), np.array([o for _, o in values], dtype=bool)
 
 
-def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard, windows: pd.DataFrame | None,
+def _tables(datamodule: FusionDataModule, model: FusionModule, card: ModelCard, windows: pd.DataFrame | None,
             pred: np.ndarray | None, failures: list[dict]) -> DatasetScores:
     ratings = datamodule.ratings
     masked = _masked_modalities(datamodule)
@@ -150,7 +150,7 @@ def _tables(datamodule: EmpathyDataModule, model: EmpathyModule, card: ModelCard
     return DatasetScores(_with_sessions_without_pairs(pairs, sessions, datamodule.scenario), sessions, window_rows)
 
 
-def _short_note(datamodule: EmpathyDataModule, session_id: str) -> str:
+def _short_note(datamodule: FusionDataModule, session_id: str) -> str:
     """The note of a session whose media are shorter than one window (windows.py's one rule), else ""."""
     n_frames = datamodule.session_frames.get(session_id)
     if n_frames is None or datamodule.dataset is None:
@@ -171,7 +171,7 @@ def _with_sessions_without_pairs(pairs: pd.DataFrame, sessions: pd.DataFrame, sc
     return pd.concat([pairs, rows], ignore_index=True)[list(pairs.columns)]
 
 
-def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:
+def _masked_modalities(datamodule: FusionDataModule) -> dict[str, str]:
     """Per session, the modalities (or branches) its windows read as masked: missing, failed or stale."""
     masked: dict[str, list[str]] = {}
     for item in sorted(datamodule.missing, key=lambda t: tuple(map(str, t))):
@@ -182,7 +182,7 @@ def _masked_modalities(datamodule: EmpathyDataModule) -> dict[str, str]:
     return {sid: "+".join(names) for sid, names in masked.items()}
 
 
-def _session_table(datamodule: EmpathyDataModule, pairs: pd.DataFrame, masked: dict[str, str],
+def _session_table(datamodule: FusionDataModule, pairs: pd.DataFrame, masked: dict[str, str],
                    failures: list[dict]) -> pd.DataFrame:
     """One row per session of sessions.csv: its pairs scored and not, the mean prediction, and why a
     session with nothing scored has nothing (its pairs' reasons, its extraction failures)."""
@@ -204,7 +204,7 @@ def _session_table(datamodule: EmpathyDataModule, pairs: pd.DataFrame, masked: d
     return pd.DataFrame(rows)
 
 
-def _no_pair_reason(datamodule: EmpathyDataModule, session_id: str) -> str:
+def _no_pair_reason(datamodule: FusionDataModule, session_id: str) -> str:
     if session_id not in datamodule.dataset.transcripts:
         return f"no transcript (transcripts/{session_id}.csv is missing), so its phases and stories are unknown"
     return "no (session, story) pair to score"

@@ -1,6 +1,6 @@
 """Modules fitted once on the training rows (not by gradient descent) whose fitted state travels in
-the checkpoint as PyTorch extra state: the text branches (empathic_fusion/text/branches.py) and the ridge
-experts (empathic_fusion/text/experts.py)."""
+the checkpoint as PyTorch extra state: the text branches (empathic_fusion/models/text/branches.py) and the ridge
+experts (empathic_fusion/models/text/experts.py)."""
 from __future__ import annotations
 
 from typing import Any

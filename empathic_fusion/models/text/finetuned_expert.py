@@ -1,4 +1,4 @@
-"""A fine-tuned sentence encoder as one more expert in the text model's stack (empathic_fusion/text/experts.py).
+"""A fine-tuned sentence encoder as one more expert in the text model's stack (empathic_fusion/models/text/experts.py).
 
 Why: fine-tuning the encoder is the lever that measured strongest on self-rated essays, but an
 encoder fine-tuned on the training rows predicts those rows far better than it predicts new ones,
@@ -38,8 +38,8 @@ from torch import nn
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder, Tokenized
 from empathic_fusion.metrics import metric_values
-from empathic_fusion.text.experts import grouped_folds
-from empathic_fusion.text.fitted import FittedModule
+from empathic_fusion.models.text.experts import grouped_folds
+from empathic_fusion.models.text.fitted import FittedModule
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class _Table:
     tokens: dict[str, Tokenized]
 
 
-@register_model("finetuned_encoder_expert")
+@register_model("finetuned_encoder_expert", aliases=("empathic_fusion.text.finetuned_expert.FineTunedEncoderExpert",))
 class FineTunedEncoderExpert(FittedModule):
     """A sentence encoder fine-tuned with a linear head, cross-fitted on grouped inner folds (see the
     module docstring). `fields`: the text fields it reads (None: every field of the data)."""

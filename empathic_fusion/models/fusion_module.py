@@ -63,10 +63,10 @@ def _mismatch_message(description: dict[str, Any], problems: list[str]) -> str:
               "features.* are overridden) or retrain on these features.")
 
 
-@register_model("fusion")
-class EmpathyModule(EmpathyLightningModule):
+@register_model("fusion", aliases=("empathic_fusion.models.empathy_module.EmpathyModule",))
+class FusionModule(EmpathyLightningModule):
     """`net` and `head` from the model config; modalities and input dims from the datamodule
-    (`data_info`: EmpathyDataModule.fitted_state()); `needs`: modalities the net cannot run without;
+    (`data_info`: FusionDataModule.fitted_state()); `needs`: modalities the net cannot run without;
     `modality_dropout`: training-time probability of masking a whole modality of a window
     (datamodules/missing.py), drawn from the module's own generator, seeded from torch's seed at fit."""
 

@@ -35,7 +35,7 @@ from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.pipeline import Pipeline
 
 from empathic_fusion.core.registry import register_model
-from empathic_fusion.text.fitted import FittedModule
+from empathic_fusion.models.text.fitted import FittedModule
 
 log = logging.getLogger(__name__)
 RIDGE_ALPHAS = tuple(float(10 ** (k / 2)) for k in range(-2, 11))  # 0.1 .. 1e5: features are not scaled alike
@@ -254,7 +254,7 @@ def _or_zero_column(x: Any, n: int) -> Any:
     return csr_matrix((n, 1), dtype=np.float64) if x is None else x
 
 
-@register_model("tfidf_ridge_expert")
+@register_model("tfidf_ridge_expert", aliases=("empathic_fusion.text.experts.TfidfRidgeExpert",))
 class TfidfRidgeExpert(RidgeExpert):
     """Ridge on word 1-2-gram TF-IDF of every field (the TF-IDF + ridge baseline's features)."""
 
@@ -274,7 +274,7 @@ class TfidfRidgeExpert(RidgeExpert):
         return transform.transform({f: [t or "" for t in texts] for f, texts in batch["texts"].items()})
 
 
-@register_model("embedding_ridge_expert")
+@register_model("embedding_ridge_expert", aliases=("empathic_fusion.text.experts.EmbeddingRidgeExpert",))
 class EmbeddingRidgeExpert(RidgeExpert):
     """Ridge on the frozen encoder's embeddings (`batch["embeddings"]`, fields side by side), each
     dimension centred and scaled by the training rows' statistics. `per_field` (default): one ridge

@@ -6,7 +6,7 @@ from scipy import sparse
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, PredefinedSplit
 
-from empathic_fusion.text.experts import RIDGE_ALPHAS, FieldTfidf
+from empathic_fusion.models.text.experts import RIDGE_ALPHAS, FieldTfidf
 
 
 def train_mean(train_targets: np.ndarray, n_test: int) -> np.ndarray:

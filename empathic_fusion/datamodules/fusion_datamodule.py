@@ -46,6 +46,7 @@ from empathic_fusion.features.extract import extract_features, stored_warnings
 from empathic_fusion.features.freshness import StaleFeaturesError, branch_problem
 from empathic_fusion.features.speech import speech_mask
 from empathic_fusion.core.files import canonical_hash
+from empathic_fusion.core.registry import register_model
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
 from empathic_fusion.utils.job_timings import timed
 from empathic_fusion.utils.run_output import warn_data
@@ -69,7 +70,8 @@ def feature_manifest_hash(store: FeatureStore, sessions: list[str], branches: li
                            "stories": stories.get("signature")})
 
 
-class EmpathyDataModule(L.LightningDataModule):
+@register_model("fusion_data", aliases=("empathic_fusion.datamodules.empathy_datamodule.EmpathyDataModule",))
+class FusionDataModule(L.LightningDataModule):
     def __init__(self, dataset_dir: str, store_dir: str, modalities: list[str], features: dict[str, Any],
                  name: str = _D.name, scenario: str = _D.scenario, window_frames: int = _D.window_frames,
                  stride_seconds: float = _D.stride_seconds, split_fractions: tuple[float, ...] = _D.split_fractions,
@@ -430,7 +432,7 @@ class EmpathyDataModule(L.LightningDataModule):
         if unknown:
             raise ValueError(f"the predict split z-scores {unknown} with a checkpoint's training statistics, and "
                              f"none were given for {unknown} (stats=...; a checkpoint keeps them, see "
-                             "EmpathyModule.normalization)")
+                             "FusionModule.normalization)")
         dataset, store, stories, session_frames, speaking, windows = self._read_windows(predict_ratings)
         windows["split"] = "predict"
         self.windows, self.split_hash, self.split_assignment = windows, None, {}

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from empathic_fusion.core.registry import register_model
-from empathic_fusion.text.fitted import FittedModule
+from empathic_fusion.models.text.fitted import FittedModule
 
 
-@register_model("tfidf_branch")
+@register_model("tfidf_branch", aliases=("empathic_fusion.text.branches.TfidfBranch",))
 class TfidfBranch(FittedModule):
     """Word 1-2-gram TF-IDF (sublinear tf) of all fields joined, reduced to `n_components` by
     truncated SVD (latent semantic analysis) and standardised; fitted on the training rows only.
