@@ -61,7 +61,7 @@ from empathic_fusion.core.branches import BRANCH_MODALITY, INDEXED  # noqa: E402
 from empathic_fusion.features.extract import branch_signature  # noqa: E402
 from empathic_fusion.core.files import canonical_hash  # noqa: E402
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore  # noqa: E402
-from empathic_fusion.models.base import set_up  # noqa: E402
+from empathic_fusion.datamodules.build import set_up  # noqa: E402
 
 FULL_FRAMES = 2_860_000  # EmpathicStories++ on the 15 fps clock (about 53 h)
 FULL_WINDOWS = 99_357  # Story Share windows

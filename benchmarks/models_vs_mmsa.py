@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import kernel_count  # noqa: E402
 from empathic_fusion.models.step_graph import GraphedStep, rate_on_device  # noqa: E402
-from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
+from results import (Measures, add_output_arguments, quiet_machine_guard, trained_fusion_models,  # noqa: E402
+                     write_results)
 from train_throughput import SyntheticBatches, fusion_module  # noqa: E402
 
 MMSA_DIR = ROOT.parent / "shared" / "anchors" / "mmsa"
@@ -181,7 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--models", default="tfn,ef_lstm,lf_lstm,amer")
+    parser.add_argument("--models", default=",".join(trained_fusion_models()))
     parser.add_argument("--modes", default=None,
                         help=f"comma-separated, of {list(MODES)} (default: eager on cpu, all three on cuda)")
     parser.add_argument("--mmsa", type=Path, default=MMSA_DIR, help="folder with MMSA's singleTask/ and subNets/")

@@ -66,6 +66,16 @@ class LoadRecord:
     allowed_busy: bool = False
 
 
+def trained_fusion_models() -> list[str]:
+    """The fusion models whose training step the benchmarks time: every registered one (`list_models("fusion")`,
+    the paper's first) but the baselines whose net needs a head of its own (`required_head`: the cosine of story
+    similarity, the mean's constant), which have no step to train."""
+    from empathic_fusion.core.registry import model_class
+    from empathic_fusion.models import list_models
+
+    return [name for name in list_models("fusion") if model_class(name).required_head is None]
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     """`--out` (default docs/results/<name>.md), `--no-write` (print only), and the quiet-machine options
     `--allow-busy` and `--quiet-wait`."""

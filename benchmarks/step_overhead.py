@@ -291,9 +291,12 @@ def report(args: argparse.Namespace, after: dict, before: dict | None) -> list[s
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from results import trained_fusion_models
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--models", default="tfn,ef_lstm,lf_lstm,amer")
+    parser.add_argument("--models", default=",".join(trained_fusion_models()))
     parser.add_argument("--sizes", default="tiny,paper", help=f"of {list(SIZES)}")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per mode")
     parser.add_argument("--warmup", type=int, default=5)

@@ -36,9 +36,9 @@ from empathic_fusion.models.base import build_module  # noqa: E402
 from empathic_fusion.models.fusion_module import FusionModule  # noqa: E402
 from empathic_fusion.pipeline import run_config  # noqa: E402
 from empathic_fusion.utils.compose import compose_config  # noqa: E402
-from results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
+from results import (Measures, add_output_arguments, quiet_machine_guard, trained_fusion_models,  # noqa: E402
+                     write_results)
 
-MODELS = ("lf_lstm", "ef_lstm", "tfn", "amer")
 MODALITIES = ("video", "audio", "text")
 
 
@@ -168,7 +168,8 @@ def project(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cuda", "cpu", "auto"), default="auto")
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated conf/model names")
+    parser.add_argument("--models", default=",".join(trained_fusion_models()),
+                        help="comma-separated conf/model names (default: every trained fusion model)")
     parser.add_argument("--precision", default=None, help="Lightning precision (default: 32-true, as trainer=gpu and trainer=cpu)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--frames", type=int, default=120)

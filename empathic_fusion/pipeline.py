@@ -16,7 +16,8 @@ from empathic_fusion.evaluation.report import module_report
 from empathic_fusion.evaluation.sweep import evaluate_sweep, skip_incompatible_cell
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.datamodules.setup_cache import sweep_scope
-from empathic_fusion.models.base import build_datamodule, build_module, set_up
+from empathic_fusion.datamodules.build import build_datamodule, set_up
+from empathic_fusion.models.base import build_module
 from empathic_fusion.models.checkpoints import check_resumable, load_module
 from empathic_fusion.utils.job_timings import TimingCallback, job_timings, timed
 from empathic_fusion.utils.multirun import multirun_job, write_failure_list

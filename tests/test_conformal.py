@@ -22,6 +22,7 @@ from empathic_fusion.evaluation.conformal import (
     interval_report,
 )
 from empathic_fusion.evaluation.card import FUSION_OUTPUT, FUSION_WINDOW, NO_INTERVALS, fusion_card, text_card
+from empathic_fusion.models.checkpoints import opened_checkpoint
 
 
 def _direct_half_width(residuals: np.ndarray, coverage: float) -> float:
@@ -115,7 +116,7 @@ def test_the_card_reads_the_conformal_half_width(tmp_path):
            "rating_pred": rng.normal(0, 0.3, 20), "rating_target": rng.normal(0, 0.3, 20)}
     intervals = fusion_intervals(val, val, lambda t: 3 + 2 * np.asarray(t), 0.9, in_sample=False)
     summary = {"model": {"rating": {"pearson": 0.4, "mse": 0.05}}, "intervals": intervals}
-    card = fusion_card(*_fusion_checkpoint(tmp_path / "run", summary))
+    card = fusion_card(opened_checkpoint(*_fusion_checkpoint(tmp_path / "run", summary)))
     rating, window = intervals["levels"]["rating"], intervals["levels"]["window"]
     assert card.interval(FUSION_OUTPUT) == pytest.approx(rating["half_width"])
     assert card.interval(FUSION_WINDOW) == pytest.approx(window["half_width"])
@@ -129,7 +130,8 @@ def test_the_card_reads_the_conformal_half_width(tmp_path):
 
 
 def test_a_run_without_intervals_shows_none_and_says_why(tmp_path):
-    card = fusion_card(*_fusion_checkpoint(tmp_path / "old", {"model": {"rating": {"pearson": 0.4, "mse": 0.05}}}))
+    old = _fusion_checkpoint(tmp_path / "old", {"model": {"rating": {"pearson": 0.4, "mse": 0.05}}})
+    card = fusion_card(opened_checkpoint(*old))
     assert card.interval(FUSION_OUTPUT) is None and card.interval_bounds(FUSION_OUTPUT, 3.0) is None
     assert NO_INTERVALS in card.markdown() and "retrain, or re-run its test" in card.markdown()
 
@@ -144,8 +146,8 @@ def test_a_text_card_reads_each_output_and_the_unbounded_one(tmp_path):
     (run / "test_metrics.json").write_text(json.dumps(summary))
     header = {"module": "text", "created": "2026-01-02T03:04:00+00:00", "commit": "abc", "encoder": {},
               "data": {"name": "t", "scale": [1, 5], "labels": ["empathy", "other"]}}
-    card = text_card(run / "checkpoints" / "x.ckpt", {"empathic_fusion": header,
-                                                      "hyper_parameters": {"net": {"_target_": "x.TextRegressor"}}})
+    card = text_card(opened_checkpoint(run / "checkpoints" / "x.ckpt", {
+        "empathic_fusion": header, "hyper_parameters": {"net": {"_target_": "x.TextRegressor"}}}, from_folder=True))
     assert card.interval("empathy") == pytest.approx(enough["half_width"])
     assert card.interval("other") == math.inf and card.interval_bounds("other", 2.0) == (1.0, 5.0)
     assert "the whole scale (too few calibration items)" in card.markdown()
@@ -181,7 +183,7 @@ def test_a_fusion_run_reports_its_intervals(tiny_dataset, tiny_store, tmp_path):
     notes = (out / "test_metrics.md").read_text()
     assert "80% split conformal intervals" in notes and "| rating" in notes and "| window" in notes
 
-    card = fusion_card(Path(results["best_checkpoint"]), read_checkpoint(results["best_checkpoint"]))
+    card = fusion_card(opened_checkpoint(Path(results["best_checkpoint"]), read_checkpoint(results["best_checkpoint"])))
     if rating["half_width"] is not None:
         assert card.interval(FUSION_OUTPUT) == pytest.approx(rating["half_width"])
 

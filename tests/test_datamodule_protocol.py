@@ -6,7 +6,7 @@ import pytest
 
 from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule
 from empathic_fusion.datamodules.protocol import EmpathyData
-from empathic_fusion.models.base import build_datamodule
+from empathic_fusion.datamodules.build import build_datamodule
 from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.demo.generated_table import make_text_table
 

@@ -44,9 +44,10 @@ def _targets(name: str) -> tuple[str, str]:
 
 def test_the_package_registers_every_model_without_an_import_list():
     assert "empathic_fusion.models.tfn" in models.import_models()
-    assert models.list_models("fusion") == ["amer", "tfn", "ef_lstm", "lf_lstm", "story_similarity", "mean"]
-    assert models.list_models("text") == ["text_regressor"]
-    assert [model_display_name(class_path(model_class(n))) for n in models.list_models("fusion")] == [
+    paper = ["amer", "tfn", "ef_lstm", "lf_lstm", "story_similarity", "mean"]  # the paper's rows, in its order
+    assert models.list_models("fusion")[:len(paper)] == paper  # a model added later comes after them
+    assert "text_regressor" in models.list_models("text")
+    assert [model_display_name(class_path(model_class(n))) for n in paper] == [
         "AMER", "TFN", "EF-LSTM", "LF-LSTM", "Story similarity (SBERT)", "Train mean"]
 
 
@@ -100,6 +101,8 @@ from empathic_fusion.models.components.pooling import masked_mean
 
 @register_model("toy_mean_pool", module="fusion", display="Toy mean pool")
 class ToyMeanPool(nn.Module):
+    required_head = None  # the config's head
+
     def __init__(self, modalities, input_dims, hidden=8):
         super().__init__()
         self.modalities = list(modalities)
@@ -160,3 +163,23 @@ def test_a_new_fusion_model_is_its_net_file_and_its_config(toy_model, tiny_datas
     assert read_header(tmp_path / "sweep" / "toy_mean_pool")["model"] == "toy_mean_pool"
     tables = evaluate_sweep(tmp_path / "sweep", plots=False)
     assert list(tables["summaries"]["rating"]["model"]) == ["Train mean", "Toy mean pool"]  # after the paper's rows
+
+
+def test_a_net_without_the_declared_attributes_is_refused_with_their_names():
+    """FusionModule checks its net against models/contracts.py FusionNet instead of probing attributes."""
+    from torch import nn
+
+    from empathic_fusion.models.contracts import FusionNet, check_part
+
+    class NoHeadChoice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.modalities, self.out_dim = ["text"], 4
+
+        def forward(self, batch):
+            return batch
+
+    with pytest.raises(TypeError, match=r"NoHeadChoice is not a FusionNet: it lacks \['required_head'\]"):
+        check_part(NoHeadChoice(), FusionNet)
+    NoHeadChoice.required_head = None
+    check_part(NoHeadChoice(), FusionNet)

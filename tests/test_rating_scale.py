@@ -154,7 +154,7 @@ def seven_run(tmp_path_factory) -> dict:
 
 
 def test_targets_are_ratings_minus_four_over_three(seven_run):
-    from empathic_fusion.models.base import build_datamodule
+    from empathic_fusion.datamodules.build import build_datamodule
     from empathic_fusion.pipeline import run_config
 
     config = run_config(seven_run["cfg"])
@@ -179,11 +179,11 @@ def test_the_report_cuts_at_four_and_lists_ratings_on_one_to_seven(seven_run):
 
 def test_the_checkpoint_carries_the_scale_and_its_card_shows_mse_on_it(seven_run):
     from empathic_fusion.evaluation.card import fusion_card
-    from empathic_fusion.models.checkpoints import load_module, read_checkpoint
+    from empathic_fusion.models.checkpoints import load_module, opened_checkpoint, read_checkpoint
 
     model = load_module(seven_run["ckpt"], kind="fusion")
     assert model.rating_scale == RatingScale(1, 7) and model.threshold == 0.0
-    card = fusion_card(seven_run["ckpt"], read_checkpoint(seven_run["ckpt"]))
+    card = fusion_card(opened_checkpoint(seven_run["ckpt"], read_checkpoint(seven_run["ckpt"])))
     assert card.scale == (1.0, 7.0) and "scale 1-7" in card.markdown()
     rating = json.loads((seven_run["out"] / "test_metrics.json").read_text())["model"]["rating"]
     assert rating["mse"] == pytest.approx(rating["loss"] * 9)  # the report's MSE on 1-7; the loss on (rating-4)/3
@@ -218,15 +218,15 @@ def test_predict_maps_back_onto_one_to_seven_without_the_training_dataset(seven_
 
 def test_predict_refuses_ratings_on_another_scale_than_the_model(seven_run, tmp_path):
     from empathic_fusion.evaluation.card import fusion_card
-    from empathic_fusion.models.checkpoints import load_module, read_checkpoint
+    from empathic_fusion.models.checkpoints import load_module, opened_checkpoint, read_checkpoint
     from empathic_fusion.scoring.fusion import score_dataset
 
     five = write_dataset(tmp_path / "five", {"name": "five", "fps": 15}, seven=False)
     model = load_module(seven_run["ckpt"], kind="fusion").eval()
     with pytest.raises(DatasetError, match=r"dataset.yaml, field 'rating_scale': rating_scale is 1-5 but the model "
                                            r"was trained on ratings on 1-7"):
-        score_dataset(model, fusion_card(seven_run["ckpt"], read_checkpoint(seven_run["ckpt"])), five,
-                      seven_run["store"], progress=False)
+        card = fusion_card(opened_checkpoint(seven_run["ckpt"], read_checkpoint(seven_run["ckpt"])))
+        score_dataset(model, card, five, seven_run["store"], progress=False)
 
 
 def test_evaluate_checks_the_threshold_against_the_checkpoints_scale(seven_run, tmp_path):
@@ -243,9 +243,9 @@ def test_evaluate_checks_the_threshold_against_the_checkpoints_scale(seven_run, 
 
 def test_an_old_checkpoint_without_a_recorded_scale_reads_as_one_to_five():
     from empathic_fusion.evaluation.card import fusion_card
-    from empathic_fusion.models.checkpoints import load_module, read_checkpoint
+    from empathic_fusion.models.checkpoints import load_module, opened_checkpoint, read_checkpoint
 
     path = FORMAT2 / "fusion_lf_lstm.ckpt"
     model = load_module(path, kind="fusion")
     assert model.rating_scale == SELF_REPORT and model.threshold == 0.0
-    assert fusion_card(path, read_checkpoint(path)).scale == (1.0, 5.0)
+    assert fusion_card(opened_checkpoint(path, read_checkpoint(path))).scale == (1.0, 5.0)

@@ -16,6 +16,7 @@ import torch
 from empathic_fusion.evaluation.missing_modalities import NO_REFERENCE, evaluate_conditions, markdown, summarize
 from empathic_fusion.evaluation.report_parts import sanity_check, write_test_report
 from empathic_fusion.evaluation.card import fusion_card
+from empathic_fusion.models.checkpoints import opened_checkpoint
 
 
 def test_sanity_check_names_what_the_model_fails_on():
@@ -86,7 +87,7 @@ def test_the_card_of_an_older_report_converts_its_cosine_mse_and_checks_it_again
     runs the same sanity check on those numbers (the issue's TFN on v+t: r -0.143, MSE 0.328 against 0.311)."""
     summary = {"model": {"rating": {"pearson": -0.143, "mse": 0.328 / 4}},
                "constant_baseline": {"rating": {"pearson": 0.0, "mse": 0.311 / 4}}}
-    card = fusion_card(*_old_fusion_run(tmp_path / "old", summary))
+    card = fusion_card(opened_checkpoint(*_old_fusion_run(tmp_path / "old", summary)))
     assert card.test["empathy"].mse == pytest.approx(0.328)
     assert "MSE 0.328 (MSE on the 1-5 scale of the labels)" in card.markdown()
     assert "r -0.143 is not above the constant's 0 and MSE 0.328 is not below the constant's 0.311" in card.sanity

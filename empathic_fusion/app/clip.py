@@ -91,7 +91,7 @@ class ClipScorer:
             raise WrongKindError(f"{error}: a text checkpoint goes to text_ckpt_path=") from None
         self.ckpt_path = opened.path
         self.model = module_from(opened).eval()
-        self.card: ModelCard = fusion_card(opened.path, opened.data, opened.metrics_note)
+        self.card: ModelCard = fusion_card(opened)
         run_config = self.model.hparams.run_config
         missing = missing_statistics(self.model)
         if missing:

@@ -48,7 +48,7 @@ class TextModel:
             raise WrongKindError(f"{error}: a fusion checkpoint goes to ckpt_path=") from None
         self.ckpt_path = opened.path
         self.scorer = TextScorer(module_from(opened), accelerator)
-        self.card: ModelCard = text_card(opened.path, opened.data, opened.metrics_note)
+        self.card: ModelCard = text_card(opened)
 
     @property
     def inputs(self) -> list[str]:

@@ -231,10 +231,11 @@ class SentenceEncoder(nn.Module):
                  device: str = "cpu"):
         super().__init__()
         # `auto`: the strongest installed encoder; the note says which and why (log, checkpoint, model card)
-        self.choice_note = auto_choice_note(chosen_encoder(AUTO)) if model_path == AUTO else None
+        self.chosen_model_path = chosen_encoder(model_path)  # `auto` resolved once: what a checkpoint records
+        self.choice_note = auto_choice_note(self.chosen_model_path) if model_path == AUTO else None
         if self.choice_note:
             log.info("text encoder: %s", self.choice_note)
-        model_path = chosen_encoder(model_path)
+        model_path = self.chosen_model_path
         path = resolve_model_path(model_path)
         # a named encoder keeps its name (checkpoints then load wherever it is installed), a folder its path
         self.model_path = model_path if is_multilingual(model_path) or is_packaged(model_path) else str(path)

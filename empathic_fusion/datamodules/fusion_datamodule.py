@@ -122,6 +122,7 @@ class FusionDataModule(L.LightningDataModule):
         self.gather_in_step = False  # the train loader yields window positions (gather_training_batches_in_step)
         self.frames: FrameArrays | None = None
         self.warnings: list[str] = []
+        self.ratings = pd.DataFrame()  # one row per self-rating, set by setup
         self.skipped: dict[int, str] = {}  # rating (row of self.ratings) without windows -> why
         self.session_frames: dict[str, int] = {}  # frames per readable session, set by setup
         self.dataset: EmpathyDataset | None = None  # what setup read (sessions, transcripts, fps)

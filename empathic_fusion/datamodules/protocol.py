@@ -2,7 +2,7 @@
 
 `FusionDataModule` (sessions in the dataset contract, datamodules/fusion_datamodule.py) and
 `TextDataModule` (a table of texts, datamodules/text_datamodule.py) both implement it; `build_datamodule`
-(models/base.py) returns one, and nothing downstream asks which of the two it has. `FusionData` adds what
+(datamodules/build.py) returns one, and nothing downstream asks which of the two it has. `FusionData` adds what
 a fusion model reads of its datamodule once it is set up (the fusion module checks for it instead of probing
 attributes one by one).
 """
@@ -51,7 +51,8 @@ class FusionData(EmpathyData, Protocol):
     input_dims: dict[str, int]  # per-frame width of each modality, and of "story" and "traits"
     stats: dict[str, tuple[torch.Tensor, torch.Tensor]]  # training-split mean and std per normalised modality
     train_target_mean: float  # the training windows' mean target (the constant baseline, the `mean` head)
-    ratings: pd.DataFrame  # one row per self-rating: session, participant, story (the report's tables)
+    ratings: pd.DataFrame  # one row per self-rating: session, participant, story (empty until set up)
+    datasets: dict[str, Any]  # the set-up splits' window datasets by split; "test" is "val" under split=val
 
 
 @runtime_checkable

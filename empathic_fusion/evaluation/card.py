@@ -29,7 +29,7 @@ import yaml
 from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.evaluation.conformal import METHOD, ConformalInterval
 from empathic_fusion.evaluation.report_parts import MSE_SCALE, sanity_check
-from empathic_fusion.models.checkpoints import checkpoint_header
+from empathic_fusion.models.checkpoints import OpenedCheckpoint
 
 FUSION_OUTPUT = "empathy"  # a fusion model's one output: a rating (its windows averaged)
 FUSION_WINDOW = "empathy (per window)"  # the same output scored per window
@@ -205,12 +205,12 @@ def _sanity(summary: dict[str, Any], model: dict[str, Any], constant: dict[str, 
                         scale_name)["message"]
 
 
-def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
+def fusion_card(opened: OpenedCheckpoint) -> ModelCard:
     """Card of a fusion checkpoint. Its test report gives MSE on the rating scale of the training data
     (`mse_scale: rating`); a report from before that gave it on the cosine scale (rating - midpoint) /
     half-range, which the card shows on the rating scale (x half-range^2: x 4 on 1-5). Checkpoints that
     predate the recorded scale were trained on 1-5."""
-    header = checkpoint_header(checkpoint, ckpt_path)
+    ckpt_path, checkpoint, header, metrics_note = opened.path, opened.data, opened.header, opened.metrics_note
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     data = dict(header.get("data") or hparams.get("data_info") or {})
@@ -234,9 +234,9 @@ def fusion_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str =
                      _commit(header, run), intervals, note, sanity)
 
 
-def text_card(ckpt_path: Path, checkpoint: dict[str, Any], metrics_note: str = "") -> ModelCard:
+def text_card(opened: OpenedCheckpoint) -> ModelCard:
     """Card of a text checkpoint: per label (and the overall mean) its test r, CI when recorded, MSE."""
-    header = checkpoint_header(checkpoint, ckpt_path)
+    ckpt_path, checkpoint, header, metrics_note = opened.path, opened.data, opened.header, opened.metrics_note
     hparams = checkpoint.get("hyper_parameters") or {}
     run_config = hparams.get("run_config") or {}
     run = run_folder(ckpt_path)

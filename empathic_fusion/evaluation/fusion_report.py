@@ -51,7 +51,7 @@ def fusion_report(module: FusionModule, datamodule: FusionData, out_dir: Path, e
             "constant train mean (per window)": baseline["window"],
             "constant train mean (per rating)": baseline["rating"]}
     ci_table = format_ci(report["ci"], float(config["confidence"]), METRIC_NAMES) if report["ci"] else ""
-    datasets = getattr(datamodule, "datasets", {})
+    datasets = datamodule.datasets
     in_sample = datasets.get("test") is datasets.get("val")  # evaluate.py split=val
     intervals = fusion_intervals(predictions, val_predictions, scale.to_rating, float(config["interval_coverage"]),
                                  in_sample)

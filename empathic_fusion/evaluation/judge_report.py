@@ -15,7 +15,7 @@ from empathic_fusion.config.data import text_rating_scale
 from empathic_fusion.config.evaluation import threshold_rating_on
 from empathic_fusion.evaluation.tables import aggregate_runs, write_tables
 from empathic_fusion.metrics import METRIC_NAMES, metrics_with_levels
-from empathic_fusion.models.base import build_datamodule
+from empathic_fusion.datamodules.build import build_datamodule
 from empathic_fusion.evaluation.llm_judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ChatClient, judge_rows
 
 

@@ -27,6 +27,8 @@ WIDTHS = {"video": (4, 3, 2), "audio": (8, 4, 2), "text": (4, 2)}
 
 @register_model("amer", module="fusion", display="AMER", paper_rank=0)
 class AMER(nn.Module):
+    required_head: str | None = None  # any head of the config (models/contracts.py FusionNet)
+
     def __init__(self, modalities: list[str], input_dims: dict[str, int], d_e: int = 128):
         super().__init__()
         self.modalities = list(modalities)

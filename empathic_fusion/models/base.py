@@ -31,9 +31,9 @@ import torch
 from torchmetrics.utilities.distributed import gather_all_tensors
 
 from empathic_fusion.core.registry import registered_name
+from empathic_fusion.datamodules.build import build_datamodule, set_up
 from empathic_fusion.datamodules.protocol import EmpathyData
 from empathic_fusion.utils.loggers import git_commit
-from empathic_fusion.utils.job_timings import timed
 
 # The module's transfer_batch_to_device below is meant to serve every datamodule (ours keep the default hook);
 # Lightning says so on every run that passes a datamodule, which only alarms users. Filtered when a module is
@@ -205,12 +205,12 @@ class EmpathyLightningModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """At fit: keep the training datamodule's describe() for the header (testing or scoring other
-        data later keeps it). A datamodule of your own without describe() is recorded by its class name
-        only, so the header (and the app's model card) says no more about the data than that."""
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        data later keeps it). A datamodule of your own that is not an EmpathyData (datamodules/protocol.py)
+        is recorded by its class name only, so the header (and the app's model card) says no more about the
+        data than that."""
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
         if stage == "fit" and datamodule is not None:
-            describe = getattr(datamodule, "describe", None)
-            self.data_description = (describe() if callable(describe)
+            self.data_description = (datamodule.describe() if isinstance(datamodule, EmpathyData)
                                      else {"datamodule": f"{type(datamodule).__module__}.{type(datamodule).__qualname__}"})
 
     def header(self) -> dict[str, Any]:
@@ -255,24 +255,3 @@ def _to_device(value: Any, device: torch.device) -> Any:
     from lightning.fabric.utilities.apply_func import move_data_to_device
 
     return move_data_to_device(value, device)
-
-
-def set_up(datamodule: EmpathyData, trainer: L.Trainer | None, stage: str) -> None:
-    """prepare_data and setup(stage) for the device `trainer` runs on: attached before setup, the trainer
-    tells the datamodule where batches will be used (Lightning attaches it only inside fit/test, after
-    the setup that the model's construction needs). None: the CPU."""
-    if trainer is not None:
-        datamodule.trainer = trainer
-    with timed("setup/prepare"):
-        datamodule.prepare_data()
-    datamodule.setup(stage)
-
-
-def build_datamodule(data_cfg: dict[str, Any], features_cfg: dict[str, Any], modalities: list[str]) -> EmpathyData:
-    """The datamodule a data config names, for these modalities and this feature config (every
-    datamodule takes both: a text table accepts the text modality only)."""
-    datamodule = hydra.utils.instantiate(data_cfg, modalities=list(modalities), features=features_cfg, _convert_="all")
-    if not isinstance(datamodule, EmpathyData):
-        raise TypeError(f"data._target_={data_cfg.get('_target_')} built a {type(datamodule).__name__}, which lacks "
-                        "part of the datamodule interface (empathic_fusion/datamodules/protocol.py EmpathyData)")
-    return datamodule

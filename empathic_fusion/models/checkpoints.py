@@ -200,11 +200,15 @@ def open_checkpoint(path: str | Path, kind: str | None = None) -> OpenedCheckpoi
     """A checkpoint file, or a run folder's best, read once. `kind` ('fusion' or 'text'): a checkpoint of
     another kind raises WrongKindError."""
     resolved = resolve_checkpoint(path)
-    checkpoint = read_checkpoint(resolved)
-    header = checkpoint_header(checkpoint, resolved)
-    if kind is not None and header["module"] != kind:
-        raise WrongKindError(f"{resolved} is a {header['module']} checkpoint, not a {kind} one")
-    return OpenedCheckpoint(resolved, checkpoint, header, from_folder=not Path(path).is_file())
+    opened = opened_checkpoint(resolved, read_checkpoint(resolved), from_folder=not Path(path).is_file())
+    if kind is not None and opened.header["module"] != kind:
+        raise WrongKindError(f"{resolved} is a {opened.header['module']} checkpoint, not a {kind} one")
+    return opened
+
+
+def opened_checkpoint(path: Path, checkpoint: dict[str, Any], from_folder: bool = False) -> OpenedCheckpoint:
+    """A checkpoint dict already read from `path`, with its header (format 2 or 3) as registered names."""
+    return OpenedCheckpoint(Path(path), checkpoint, checkpoint_header(checkpoint, path), from_folder)
 
 
 def module_from(opened: OpenedCheckpoint) -> EmpathyLightningModule:

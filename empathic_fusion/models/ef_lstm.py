@@ -20,6 +20,8 @@ from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms
 
 @register_model("ef_lstm", module="fusion", display="EF-LSTM", paper_rank=2)
 class EFLSTM(nn.Module):
+    required_head: str | None = None  # any head of the config (models/contracts.py FusionNet)
+
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_size: int = 128,
                  num_layers: int = 4, dropout: float = 0.5):
         super().__init__()

@@ -34,6 +34,7 @@ from empathic_fusion.core.files import canonical_hash
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.datamodules.missing import modality_dropout
 from empathic_fusion.datamodules.protocol import FusionData, GathersInStep
+from empathic_fusion.models.contracts import FusionNet, check_part
 from empathic_fusion.dataset import DatasetError, EmpathyDataset, Problem
 from empathic_fusion.dataset.scale import recorded_scale
 from empathic_fusion.metrics import empathy_metrics, split_predictions
@@ -86,7 +87,8 @@ class FusionModule(EmpathyLightningModule):
                              f"{self.modalities} (pick a modality that includes them, e.g. modality=t)")
         self.net = hydra.utils.instantiate(net, modalities=list(self.modalities), input_dims=dict(self.input_dims),
                                            _convert_="all")
-        required = getattr(self.net, "required_head", head)
+        check_part(self.net, FusionNet, "; `required_head = None` lets the model config choose the head")
+        required = self.net.required_head or head
         if head != required:
             raise ValueError(f"{type(self.net).__name__} works only with head={required}, got head={head}")
         self.head = make_head(head, self.net.out_dim, int(self.input_dims["story"]))
@@ -244,14 +246,13 @@ class FusionModule(EmpathyLightningModule):
         return loss
 
     def on_fit_start(self) -> None:
-        fit = getattr(self.head, "fit", None)
-        if fit is not None:  # a closed-form head (the constant baseline): set it from the training split
+        if self.head.closed_form:  # the constant baseline's head: set from the training split
             try:  # FusionData's train_target_mean (a datamodule of one's own may give only that)
                 mean = float(self.trainer.datamodule.train_target_mean)
             except (AttributeError, TypeError):  # no datamodule, none with it, or it is None
                 raise RuntimeError(f"head '{self.hparams.head}' is set from the datamodule's train_target_mean; "
                                    "fit with a datamodule that has it (datamodules/protocol.py FusionData)") from None
-            fit(mean)
+            self.head.fit(mean)
 
     def on_train_start(self) -> None:
         if self.modality_dropout:  # its own stream: the global one (shuffling, dropout) draws as without it

@@ -11,6 +11,8 @@ from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, mlp
 
 @register_model("lf_lstm", module="fusion", display="LF-LSTM", paper_rank=3)
 class LFLSTM(nn.Module):
+    required_head: str | None = None  # any head of the config (models/contracts.py FusionNet)
+
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_sizes: dict[str, int],
                  representation_dim: int = 128, post_fusion_hidden: int = 128, dropout: float = 0.1,
                  num_layers: int = 1):

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import lightning as L
 import torch
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ WARMUP_STEPS = 3  # eager steps before capture (CUDA's recipe: lazy initialisati
 StepBody = Callable[[dict], tuple[torch.Tensor, dict[str, torch.Tensor]]]  # batch -> (loss, what the step returns)
 
 
-def refusal(trainer: Any, optimizer_cfg: dict[str, Any], scheduler_cfg: dict[str, Any] | None,
+def refusal(trainer: L.Trainer | None, optimizer_cfg: dict[str, Any], scheduler_cfg: dict[str, Any] | None,
             compiled: bool) -> str | None:
     """Why the step cannot be captured with these settings (None: it can)."""
     target = str(optimizer_cfg.get("_target_", ""))
@@ -46,13 +47,13 @@ def refusal(trainer: Any, optimizer_cfg: dict[str, Any], scheduler_cfg: dict[str
         return "model.compile=true captures the net itself (set one of the two)"
     if trainer is None:
         return None
-    if getattr(trainer, "world_size", 1) > 1:
+    if trainer.world_size > 1:
         return "one process per step: with several devices DDP reduces gradients between them"
-    if getattr(trainer, "accumulate_grad_batches", 1) != 1:
+    if trainer.accumulate_grad_batches != 1:
         return "trainer.accumulate_grad_batches accumulates over several batches"
-    if getattr(trainer, "gradient_clip_val", None):
+    if trainer.gradient_clip_val:
         return "trainer.gradient_clip_val clips after the backward"
-    if str(getattr(trainer, "precision", "32-true")) in ("16-mixed", "16"):
+    if str(trainer.precision) in ("16-mixed", "16"):
         return "16-mixed scales the loss with a GradScaler that reads its scale on the host"
     return None
 

@@ -31,13 +31,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from empathic_fusion.core.packaged_encoders import AUTO, chosen_encoder
 from empathic_fusion.core.registry import register_model
 from empathic_fusion.core.sentence_encoder import SentenceEncoder
+from empathic_fusion.models.contracts import TextBranch, TextExpert, check_part
 from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.datamodules.text_table import PersonaEncoder
 from empathic_fusion.metrics import metric_values
-from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule, set_up
+from empathic_fusion.datamodules.build import set_up
+from empathic_fusion.models.base import HEADER_KEY, EmpathyLightningModule
 from empathic_fusion.models.text.experts import GRID_END_NOTES, stack_weights
 
 log = logging.getLogger(__name__)
@@ -90,19 +91,21 @@ class TextRegressor(nn.Module):
     """
 
     def __init__(self, fields: list[str], n_outputs: int, encoder: SentenceEncoder,
-                 head: Callable[[int, int], nn.Module] | None = None, branch: nn.Module | None = None,
-                 experts: list[nn.Module] | None = None, head_input: str = "embeddings",
+                 head: Callable[[int, int], nn.Module] | None = None, branch: TextBranch | None = None,
+                 experts: list[TextExpert] | None = None, head_input: str = "embeddings",
                  persona_cardinalities: list[int] | None = None, persona_numeric: int = 0, persona_dim: int = 8):
         super().__init__()
         self.encoder = None if encoder.frozen else encoder
         self.fields = list(fields)
         cards = persona_cardinalities or []
         self.persona = PersonaEmbedding(cards, persona_numeric, persona_dim) if (cards or persona_numeric) else None
+        for part in (*(experts or []), *([branch] if branch is not None else [])):
+            check_part(part, TextBranch if part is branch else TextExpert)
         self.branch = branch
         self.experts = nn.ModuleList(e for expert in experts or []
                                      for e in expert.expand(self.fields, encoder.dim, encoder.layer_count))
         # the layer sets the representation experts read (batch["layer_embeddings"]; frozen encoders)
-        self.layer_sets = tuple(sorted({k for e in self.experts for k in getattr(e, "layer_sets", ())}))
+        self.layer_sets = tuple(sorted({k for e in self.experts for k in e.layer_sets}))
         if head_input not in ("embeddings", "expert_scores"):
             raise ValueError(f"model.net.head_input must be embeddings or expert_scores, got {head_input!r}")
         if head_input == "expert_scores" and not self.experts:
@@ -188,7 +191,7 @@ class TextEmpathyModule(EmpathyLightningModule):
         net_cfg = dict(net)
         encoder: SentenceEncoder = hydra.utils.instantiate(net_cfg.pop("encoder"))
         if encoder.choice_note:  # `auto`: a checkpoint loads the encoder chosen here, wherever it is loaded
-            self.hparams["net"] = {**net, "encoder": {**net["encoder"], "model_path": chosen_encoder(AUTO)}}
+            self.hparams["net"] = {**net, "encoder": {**net["encoder"], "model_path": encoder.chosen_model_path}}
         self.net: TextRegressor = hydra.utils.instantiate(
             net_cfg, fields=list(data_info["fields"]), n_outputs=len(self.label_names), encoder=encoder,
             persona_cardinalities=self.persona_encoder.cardinalities if persona else None,
@@ -225,16 +228,15 @@ class TextEmpathyModule(EmpathyLightningModule):
         """A frozen encoder encodes every text of the datamodule's table once (cached on disk when
         cache_dir is set); batches then carry the cached embeddings."""
         super().setup(stage)
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None:
-            attach_encoder(self, datamodule)
+        if self.trainer.datamodule is not None:
+            attach_encoder(self, self.trainer.datamodule)
 
     def on_fit_start(self) -> None:
         """Fit an extra branch (TF-IDF, ...) on the training rows' texts, once (not again on resume), and
         the ridge experts with their stack weights (deterministic, so a resumed run refits the same)."""
         dm = self.trainer.datamodule
         branch = self.net.branch
-        if branch is not None and not getattr(branch, "fitted", True):
+        if branch is not None and not branch.fitted:
             branch.fit({f: [dm.fields[f][i] for i in dm.train_rows] for f in self.net.fields})
         if self.net.experts:
             self._fit_experts(dm)

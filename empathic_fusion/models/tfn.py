@@ -56,6 +56,8 @@ class TextSubNet(nn.Module):
 
 @register_model("tfn", module="fusion", display="TFN", paper_rank=1)
 class TFN(nn.Module):
+    required_head: str | None = None  # any head of the config (models/contracts.py FusionNet)
+
     def __init__(self, modalities: list[str], input_dims: dict[str, int], hidden_sizes: dict[str, int],
                  text_out: int = 64, dropouts: dict[str, float] | None = None, post_fusion_dim: int = 32,
                  max_fused_size: int = 65536):

@@ -128,7 +128,7 @@ def run_predict(cfg: DictConfig) -> PredictResult:
     if not cfg.data[this.key] or cfg.data[that.key]:
         raise WrongKindError(f"{ckpt} is a {kind} checkpoint: give data.{this.key}=<{this.what}> "
                              f"(data.{that.key}= is for {other} checkpoints)")
-    card = this.card(ckpt, opened.data, opened.metrics_note)
+    card = this.card(opened)
     scored, not_scored = this.score(cfg, opened, card, out_dir)
     atomic_write_text(out_dir / "model_card.md", f"# Model card\n\n{card.markdown()}\n")
     for note in (card.banner(), card.sanity):  # generated training data; no better than the training mean

@@ -77,8 +77,8 @@ def score_dataset(model: FusionModule, card: ModelCard, dataset_dir: Path, store
     try:
         datamodule.setup("predict")
     except RuntimeError:
-        ratings = getattr(datamodule, "ratings", None)
-        if ratings is None or not len(ratings) or len(datamodule.skipped) != len(ratings):
+        ratings = datamodule.ratings
+        if not len(ratings) or len(datamodule.skipped) != len(ratings):
             raise
         return _tables(datamodule, model, card, None, None, failures)  # not one window: every pair with its reason
     if len(datamodule.dataset.ratings):  # self-reports listed beside the predictions: both on one scale

@@ -47,6 +47,8 @@ def cosine_to_fixed(p: torch.Tensor, s: torch.Tensor, eps: float = 1e-6) -> torc
 
 
 class SimilarityHead(nn.Module):
+    closed_form = False  # models/contracts.py FusionHead
+
     def __init__(self, representation_dim: int, story_dim: int):
         super().__init__()
         self.project = nn.Linear(representation_dim, story_dim)
@@ -56,6 +58,8 @@ class SimilarityHead(nn.Module):
 
 
 class RegressionHead(nn.Module):
+    closed_form = False  # models/contracts.py FusionHead
+
     def __init__(self, representation_dim: int, story_dim: int, hidden: int = 64, dropout: float = 0.1):
         super().__init__()
         self.net = mlp(representation_dim + story_dim, hidden, 1, dropout)
@@ -65,6 +69,8 @@ class RegressionHead(nn.Module):
 
 
 class CosineHead(nn.Module):
+    closed_form = False  # models/contracts.py FusionHead
+
     def __init__(self, representation_dim: int, story_dim: int):
         super().__init__()
         if representation_dim != story_dim:
@@ -76,6 +82,8 @@ class CosineHead(nn.Module):
 
 
 class ConstantHead(nn.Module):
+    closed_form = True  # models/contracts.py FusionHead
+
     def __init__(self, representation_dim: int, story_dim: int):
         super().__init__()
         self.register_buffer("value", torch.zeros(()))  # a buffer: saved in checkpoints, never trained

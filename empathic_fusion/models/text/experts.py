@@ -84,6 +84,7 @@ class RidgeExpert(FittedModule):
     needs_embeddings = False
     label = "ridge"
     state_key = "transform"
+    layer_sets: tuple[int, ...] = ()  # no encoder layers read (models/contracts.py TextExpert)
 
     def __init__(self, alphas: tuple[float, ...] = RIDGE_ALPHAS, inner_folds: int = 5, widen_steps: int = WIDEN_STEPS):
         super().__init__()
@@ -156,7 +157,8 @@ class RidgeExpert(FittedModule):
         penalty (no features) widen nothing."""
         alphas = list(self.alphas)
         held_out = held_out_of(alphas)
-        for widened in range(self.widen_steps + 1):
+        widened = 0
+        while True:
             errors = ((held_out - targets[None]) ** 2).mean(axis=(1, 2))
             best = int(np.argmin(errors))
             flat = np.ptp(errors) <= 1e-12 * max(float(errors.max()), 1e-300)
@@ -164,13 +166,13 @@ class RidgeExpert(FittedModule):
                 "upper" if best == len(alphas) - 1 else None
             if grid_end is None or widened == self.widen_steps:
                 return alphas, held_out, best, grid_end
+            widened += 1
             if grid_end == "lower":
                 alphas.insert(0, alphas[0] * alphas[0] / alphas[1])
                 held_out = np.concatenate([held_out_of(alphas[:1]), held_out])
             else:
                 alphas.append(alphas[-1] * alphas[-1] / alphas[-2])
                 held_out = np.concatenate([held_out, held_out_of(alphas[-1:])])
-        raise AssertionError("unreachable: the loop returns at its last step")
 
     def _dense_folds(self, batch: dict, targets: np.ndarray,
                      folds: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple] | None:

@@ -88,6 +88,7 @@ class FineTunedEncoderExpert(FittedModule):
     label = "fine-tuned encoder"
     alpha = None     # no ridge penalty (the stack report's columns)
     grid_end = None
+    layer_sets: tuple[int, ...] = ()  # it tokenises the texts itself (models/contracts.py TextExpert)
 
     def __init__(self, model_path: str | None = None, trainable_layers: int = 6, fields: list[str] | None = None,
                  max_length: int = 128, epochs: int = 3, batch_size: int = 32, lr: float = 2.0e-5,
