@@ -52,8 +52,9 @@ from torch.utils.data import DataLoader, Dataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import Measures, add_output_arguments, quiet_machine_guard, write_results  # noqa: E402
-from benchmarks.train_throughput import MODELS, StepTimer, fusion_module  # noqa: E402
+from benchmarks.results import (Measures, add_output_arguments, quiet_machine_guard,  # noqa: E402
+                                trained_fusion_models, write_results)
+from benchmarks.train_throughput import StepTimer, fusion_module  # noqa: E402
 from empathic_fusion.dataset import TRAIT_COLUMNS, load_dataset  # noqa: E402
 from empathic_fusion.datamodules.fusion_datamodule import FusionDataModule  # noqa: E402
 from empathic_fusion.config import with_defaults  # noqa: E402
@@ -489,7 +490,7 @@ def memory_model(dims: dict[str, int], fractions: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(trained_fusion_models()))
     parser.add_argument("--fraction", default="0.01",
                         help="of EmpathicStories++'s 2.86 M frames; several, comma-separated, run one after another")
     parser.add_argument("--compare-fraction", type=float, default=0.05,
