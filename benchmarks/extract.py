@@ -233,9 +233,9 @@ def side_by_side(video: Path, fps: float, frames: list[np.ndarray], rounds: int,
     import cv2
     import mediapipe as mp
 
-    from empathic_fusion.config.features import FaceConfig
     from empathic_fusion.features.cnn_frames import FrameEmbedder, resize_frame
     from empathic_fusion.features.media import iter_frames
+    from empathic_fusion.features.video_branches import FaceConfig
     from empathic_fusion.features.video_pass import extract_video
     from empathic_fusion.utils.run_output import native_logs_filtered
 

@@ -87,7 +87,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
 
     import hydra
 
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     trainer_cfg = compose_config([f"trainer={'gpu' if device.type == 'cuda' else 'cpu'}"],
                                  Path(tempfile.gettempdir())).trainer

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from empathic_fusion.models.base import build_module  # noqa: E402
 from empathic_fusion.models.fusion_module import FusionModule  # noqa: E402
 from empathic_fusion.pipeline import run_config  # noqa: E402
-from empathic_fusion.utils.compose import compose_config  # noqa: E402
+from empathic_fusion.compose import compose_config  # noqa: E402
 from results import (Measures, add_output_arguments, quiet_machine_guard, trained_fusion_models,  # noqa: E402
                      write_results)
 

@@ -27,6 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 import empathic_fusion.config  # noqa: F401  (registers the config schemas in Hydra's ConfigStore)
+import empathic_fusion.features  # noqa: F401  (declares the feature branches: their `features.<branch>` schemas)
 import empathic_fusion.utils  # noqa: F401  (registers the project_root resolver)
 from empathic_fusion.config.inputs import input_problems, swept_keys
 from empathic_fusion.config.typos import readable_composition_errors

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -91,16 +91,18 @@ def test_checkpoint_carries_the_training_normalisation(fusion_run):
 
 @pytest.mark.slow
 def test_fusion_predict_split_scores_like_the_test_split(fusion_run, tiny_dataset, tiny_store):
-    """Every rated (session, story) of the dataset through the predict split and trainer.predict, z-scored
-    with the checkpoint's statistics, gives the test report's rating-level predictions."""
+    """Every rated (session, story) of the dataset through the predict split and the one predict loop,
+    z-scored with the checkpoint's statistics, gives the test report's rating-level predictions."""
     from empathic_fusion.app.clip import ClipScorer
     from empathic_fusion.metrics import aggregate_by_rating
+    from empathic_fusion.models.predict import predict
 
     results, out = fusion_run
     scorer = ClipScorer(results["best_checkpoint"])
     datamodule = scorer.datamodule(tiny_dataset, tiny_store)
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
-    pred = torch.cat(trainer.predict(scorer.model, datamodule=datamodule))
+    datamodule.prepare_data()
+    datamodule.setup("predict")
+    pred = predict(scorer.model, datamodule)
     windows = datamodule.datasets["predict"].windows
     means, _, ids = aggregate_by_rating(pred, torch.zeros_like(pred), torch.tensor(windows.rating_index.to_numpy(dtype=np.int64)))
     ratings = datamodule.ratings.loc[ids.numpy()]

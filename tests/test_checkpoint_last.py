@@ -5,7 +5,7 @@ import lightning as L
 import torch
 
 from empathic_fusion.pipeline import _instantiate_all
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 
 class WorseningModule(L.LightningModule):

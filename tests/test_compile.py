@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from empathic_fusion.models.base import build_module
 from empathic_fusion.pipeline import run_config
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 sys.path.insert(0, str(PROJECT_ROOT / "benchmarks"))
 from train_throughput import SyntheticBatches  # noqa: E402

@@ -13,7 +13,7 @@ from lightning.pytorch import Trainer
 
 from empathic_fusion.config import ConfigError, TrainerConfig, typed, validate
 from empathic_fusion.pipeline import evaluate, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 from tests.test_configs import COMBOS, TEXT_TABLE, _is_text
 
 

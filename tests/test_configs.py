@@ -13,7 +13,7 @@ from empathic_fusion.config import (EvaluateRunConfig, ExtractRunConfig, FusionM
 from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.pipeline import build_datamodule, build_model
 from empathic_fusion.utils import CONFIG_DIR
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 CONF = CONFIG_DIR
 

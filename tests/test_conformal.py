@@ -161,7 +161,7 @@ def test_a_fusion_run_reports_its_intervals(tiny_dataset, tiny_store, tmp_path):
     predictions give it, and the card of the run's checkpoint."""
     from empathic_fusion.models.checkpoints import read_checkpoint
     from empathic_fusion.pipeline import evaluate, train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     data = [f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
             "data.extract_workers=1", "trainer.max_epochs=1", "trainer.accelerator=cpu", "logger=none",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from empathic_fusion.pipeline import evaluate, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from empathic_fusion.dataset import load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT
 from empathic_fusion.evaluation.groups import attribute_breakdown, check_attributes, group_labels, group_results
 from empathic_fusion.pipeline import train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 SETTINGS = {"bootstrap": 200, "confidence": 0.9, "bootstrap_seed": 7, "min_group_size": 3, "group_bins": 3}
 

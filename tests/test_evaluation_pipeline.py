@@ -12,7 +12,7 @@ from scipy import stats
 from empathic_fusion.datamodules.splits import participant_folds
 from empathic_fusion.dataset import load_dataset
 from empathic_fusion.pipeline import evaluate, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 IDS = [f"p{i:02d}" for i in range(41)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from empathic_fusion.features.command import merge_command, run_extraction, shard_merge_note
 from empathic_fusion.features.store import FeatureStore
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 from tests.test_rating_scale import write_dataset
 
 

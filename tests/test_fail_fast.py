@@ -17,7 +17,7 @@ import pytest
 
 from empathic_fusion.config.inputs import input_problems
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 FORMAT2 = Path(__file__).parent / "data" / "format2"
 HEAVY = re.compile(r"\|\s+(torch|lightning)$", re.MULTILINE)  # -X importtime: a top-level import of either

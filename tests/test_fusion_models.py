@@ -19,7 +19,7 @@ from empathic_fusion.models.components.norm import MaskedBatchNorm
 from empathic_fusion.models.components.pooling import masked_mean
 from empathic_fusion.models.base import build_module
 from empathic_fusion.pipeline import run_config
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
 ALL = ("video", "audio", "text")

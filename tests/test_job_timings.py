@@ -7,10 +7,10 @@ from pathlib import Path
 
 import torch
 
-from empathic_fusion.evaluation.report_parts import predict_split
 from empathic_fusion.models.checkpoints import load_module
+from empathic_fusion.models.predict import predict_split
 from empathic_fusion.pipeline import build_run, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 
 def _cfg(store: tuple[Path, Path], out: Path, *extra: str):

@@ -11,7 +11,7 @@ PACKAGE = Path(empathic_fusion.__file__).parent
 # bottom first: shared parts (core) at the bottom, the entry points on top
 # (models learn and log; evaluation, above them, reports on a tested module)
 LAYERS = ("core", "dataset", "config", "utils", "metrics", "demo", "features", "datamodules", "models",
-          "evaluation", "scoring", "pipeline", "app", "cli")
+          "evaluation", "scoring", "pipeline", "app", "compose", "cli")
 
 
 def _module_name(path: Path) -> str:

@@ -21,7 +21,7 @@ from empathic_fusion.evaluation.missing_modalities import (
     conditions, evaluate_conditions, relative_robustness, summarize)
 from empathic_fusion.models.base import build_module
 from empathic_fusion.pipeline import run_config, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 ALL = ("video", "audio", "text")
 DIMS = {"video": 6, "audio": 3, "text": 4, "story": 4, "traits": 6}

@@ -22,7 +22,7 @@ from empathic_fusion.evaluation.tables import model_display_name
 from empathic_fusion.models.base import build_module
 from empathic_fusion.models.checkpoints import load_module, read_header
 from empathic_fusion.pipeline import run_config
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 CONF = Path(models.__file__).parent.parent / "conf" / "model"
 MODEL_CONFIGS = sorted(p.stem for p in CONF.glob("*.yaml"))

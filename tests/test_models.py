@@ -10,7 +10,7 @@ from hydra.errors import InstantiationException
 
 from empathic_fusion.models.base import build_module
 from empathic_fusion.pipeline import run_config
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 DIMS = {"video": 12, "audio": 5, "text": 8, "story": 8, "traits": 6}
 NET = {"_target_": "empathic_fusion.models.lf_lstm.LFLSTM", "hidden_sizes": {"video": 8, "audio": 4, "text": 8},

@@ -14,7 +14,7 @@ from empathic_fusion.models.fusion_module import FusionModule
 from empathic_fusion.pipeline import evaluate, train
 from empathic_fusion.models.text_module import TextEmpathyModule
 from empathic_fusion.demo.generated_table import make_text_table
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 pytestmark = pytest.mark.slow  # trains a fusion and a text model
 

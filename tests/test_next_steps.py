@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from empathic_fusion.cli import evaluate, predict, train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 from empathic_fusion.utils.run_output import PLOT_FIRST, plots, shown, what_now
 
 FORMAT2 = Path(__file__).parent / "data" / "format2"

@@ -87,7 +87,7 @@ def test_auto_is_minilm_without_a_stronger_encoder_installed_and_says_why():
 def _train_text(tmp_path: Path, name: str, *overrides: str) -> dict:
     from empathic_fusion.pipeline import train
     from empathic_fusion.demo.generated_table import make_text_table
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     make_text_table(36, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={tmp_path / 'table.csv'}",

@@ -21,7 +21,7 @@ from empathic_fusion.datamodules.fusion_datamodule import device_budget, frames_
 from empathic_fusion.datamodules.window_gather import FrameArrays
 from empathic_fusion.pipeline import build_run
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 from tests.conftest import SYNTHETIC_BRANCHES as BRANCHES
 

@@ -52,7 +52,7 @@ def _predict(installed: dict, *overrides: str) -> subprocess.CompletedProcess:
 def text_fusion_run(tiny_dataset, tiny_store, tmp_path_factory) -> Path:
     """One epoch of the default fusion model on the tiny demo's text modality (with its test report)."""
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     out = tmp_path_factory.mktemp("text_fusion_run")
     train(compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",
@@ -144,7 +144,7 @@ def test_predict_scores_a_text_table_without_labels_from_an_installed_package(in
 def test_predict_names_the_kind_of_data_a_checkpoint_needs(tmp_path):
     from empathic_fusion.config import ConfigError
     from empathic_fusion.scoring.command import run_predict
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     cfg = compose_config([f"ckpt_path={FORMAT2 / 'text_regressor.ckpt'}", f"data.dataset_dir={tmp_path}",
                           f"out_dir={tmp_path / 'out'}"], tmp_path / "run", "predict")
@@ -177,7 +177,7 @@ def conversation_run(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     leans on previous_turns. Turn numbers 1, 6, 11: read as text they would order 11 before 6."""
     from empathic_fusion.pipeline import train
     from empathic_fusion.demo.generated_table import make_text_table
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     root = tmp_path_factory.mktemp("conversation_run")
     rows = make_text_table(18, 3, seed=0)
@@ -201,7 +201,7 @@ def test_predict_builds_the_previous_turns_of_the_shipped_text_recipe_from_the_r
     from empathic_fusion.scoring.command import run_predict
     from empathic_fusion.datamodules.text_table import PREVIOUS_TURNS
     from empathic_fusion.scoring.text import TextScorer
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     run, table = conversation_run
     unlabelled = table.drop(columns="empathy").assign(row=np.arange(len(table))).sample(frac=1.0, random_state=1)
@@ -227,7 +227,7 @@ def test_predict_builds_the_previous_turns_of_the_shipped_text_recipe_from_the_r
 def test_predict_names_the_raw_columns_a_derived_field_is_built_from(conversation_run, tmp_path):
     from empathic_fusion.scoring.command import run_predict
     from empathic_fusion.scoring.table import TableError
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     run, table = conversation_run
     table.drop(columns=["empathy", "conv_id"]).to_csv(tmp_path / "new.csv", index=False)
@@ -271,7 +271,7 @@ def test_a_session_shorter_than_a_window_is_scored_as_one_window_and_every_sessi
     as training would window it (datamodules/windows.py), with a note and its real times; a session without
     a transcript has no pair to score and still has its row in predictions.csv, with the reason."""
     from empathic_fusion.scoring.command import run_predict
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     dataset = Path(shutil.copytree(tiny_dataset, tmp_path / "new_sessions"))
     (dataset / "ratings.csv").unlink()

@@ -20,7 +20,7 @@ import empathic_fusion.pipeline as pipeline
 from empathic_fusion.datamodules.sampler import RatingOversampler, ResumableLoader, ResumableSampler
 from empathic_fusion.datamodules.window_gather import IndexBatchSampler
 from empathic_fusion.pipeline import train
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 EPOCHS, SIGNAL_EPOCH, SIGNAL_BATCH = 3, 1, 5  # the signal comes at the end of batch 5 of the second epoch
 PATHS = {  # the training loader's three ways to its batches, and the per-window reference loader

@@ -22,7 +22,7 @@ from empathic_fusion.config.demo import DemoConfig
 from empathic_fusion.dataset import DatasetError, load_dataset
 from empathic_fusion.dataset.scale import SELF_REPORT, RatingScale, recorded_scale
 from empathic_fusion.demo.generate import plan_demo
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 ONTO_SEVEN = {1: 1, 2: 2, 3: 4, 4: 6, 5: 7}  # the demo's 1-5 ratings spread symmetrically onto 1-7
 PLAN = DemoConfig(n_participants=10, sessions_per_participant=1, warm_up_s=1.0, story_share_s=8.0,

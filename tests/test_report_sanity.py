@@ -101,7 +101,7 @@ def test_the_report_of_a_constant_model_says_it_does_not_beat_the_mean(tiny_data
     from empathic_fusion.app.clip import ClipScorer
     from empathic_fusion.app.ui import build_app
     from empathic_fusion.pipeline import train, train_summary
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     out = tmp_path / "run"
     cfg = compose_config([f"data.dataset_dir={tiny_dataset}", f"data.store_dir={tiny_store}", "data.demo=null",

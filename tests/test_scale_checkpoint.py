@@ -10,7 +10,7 @@ from empathic_fusion.models.base import build_module
 from empathic_fusion.models.checkpoints import load_module, read_header
 from empathic_fusion.models.fusion_module import FusionModule, FeatureMismatchError
 from empathic_fusion.pipeline import run_config
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 DIMS = {"video": 6, "audio": 4, "text": 5, "story": 5, "traits": 6}
 FEATURES = {"audio": {"feature_set": "ComParE_2016"}, "text": {"model_path": None}}

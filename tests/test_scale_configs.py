@@ -13,7 +13,7 @@ from omegaconf import OmegaConf, open_dict
 
 import empathic_fusion.utils.multirun as multirun
 from empathic_fusion.utils import CONFIG_DIR
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 CONF = CONFIG_DIR
 # conf/hydra/launcher/submitit_*.yaml keep the plugin's names and are checked against its schema on purpose

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from empathic_fusion.datamodules.sampler import RatingOversampler
 from empathic_fusion.pipeline import build_datamodule, train
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 pytestmark = pytest.mark.slow
 

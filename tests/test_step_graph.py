@@ -166,7 +166,7 @@ def synthetic_store(tmp_path_factory):
 
 def _store_run(store, tmp_path, step_graph: bool, compiled: bool = False):
     from empathic_fusion.pipeline import build_run
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     run = tmp_path / f"graph{step_graph}{compiled}"
     cfg = compose_config(["trainer=cpu", "model=tfn", "modality=v+a+t", "data=empathic_stories",

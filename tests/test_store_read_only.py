@@ -192,7 +192,7 @@ try:
     from empathic_fusion.features.store import StoreReadOnlyError
     from empathic_fusion.pipeline import evaluate, train
     from empathic_fusion.scoring.command import run_predict
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     common = [f"data.store_dir={args['store']}", "data.demo=null", "modality=t", "data.split_fractions=[0.6,0.2,0.2]",
               "data.extract_workers=1", "trainer.max_epochs=1", "evaluation=lean",

@@ -42,7 +42,7 @@ def _overrides(root: Path, *extra: str) -> list[str]:
 def run(tmp_path_factory):
     """Fold 0 of a 3-fold run with persona columns through empathic_fusion.pipeline.train (the train.py path)."""
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     root = tmp_path_factory.mktemp("text_run")
     make_text_table(54, 4, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
@@ -111,7 +111,7 @@ def test_robustness_report_reads_the_checkpoint(run):
 
 def test_evaluate_scores_a_text_checkpoint_on_its_fold_and_on_a_new_csv(run, tmp_path):
     from empathic_fusion.pipeline import evaluate
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     results, out, root = run
     own = evaluate(compose_config([f"ckpt_path={results['best_checkpoint']}", "trainer.enable_progress_bar=false"],
@@ -178,7 +178,7 @@ def test_fine_tuning_top_layers_beside_a_tfidf_expert_changes_only_those_and_rou
     import torch
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     make_text_table(8, 3, seed=3).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(["data=text_csv", "model=text_regressor", "modality=t", f"data.path={tmp_path / 'table.csv'}",
@@ -212,7 +212,7 @@ def test_the_fine_tune_recipe_stacks_a_cross_fitted_encoder_expert_that_travels_
     import torch
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     make_text_table(30, 4, seed=0).to_csv(tmp_path / "table.csv", index=False)
     cfg = compose_config(_finetune(tmp_path / "table.csv", "model.net.experts.2.epochs=2", "model.baselines.enabled=false",
@@ -239,7 +239,7 @@ def test_tfidf_branch_is_fitted_on_training_rows_and_travels_in_the_checkpoint(r
     import torch
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     _, _, root = run
     cfg = compose_config(_overrides(root, "trainer.max_epochs=8", "logger=none", "model.baselines.enabled=false",
@@ -264,7 +264,7 @@ def test_a_killed_text_run_resumes_from_its_last_checkpoint_with_the_fitted_expe
     import torch
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     _, _, root = run
     overrides = _overrides(root, "logger=none", "model.baselines.enabled=false")
@@ -281,7 +281,7 @@ def test_a_folder_left_by_another_recipe_is_not_resumed_with_a_state_dict_error(
     last.ckpt and failed in Lightning's strict load; the run now stops first, naming the checkpoint."""
     from empathic_fusion.models.checkpoints import IncompatibleResumeError
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     _, _, root = run
     overrides = _overrides(root, "logger=none", "model.baselines.enabled=false", "trainer.max_epochs=1",
@@ -326,7 +326,7 @@ def test_the_fine_tune_recipe_leaves_no_inference_tensor_after_testing(tmp_path)
     import lightning as L
 
     from empathic_fusion.pipeline import train
-    from empathic_fusion.utils.compose import compose_config
+    from empathic_fusion.compose import compose_config
 
     class Keep(L.Callback):
         module = None

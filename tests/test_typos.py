@@ -14,7 +14,7 @@ from hydra.errors import ConfigCompositionException
 
 from empathic_fusion.config.typos import composition_message
 from empathic_fusion.utils import PROJECT_ROOT
-from empathic_fusion.utils.compose import compose_config
+from empathic_fusion.compose import compose_config
 
 
 def _message(overrides: list[str], tmp_path: Path, config: str = "train") -> str | None:

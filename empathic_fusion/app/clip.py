@@ -2,15 +2,14 @@
 
 The clip becomes a one-session dataset in the contract's layout (docs/dataset.md) in a scratch
 folder (the uploaded files are referenced where they lie, not copied or read into memory), and the
-checkpoint's own data config builds an `FusionDataModule` with its predict split over it:
-`prepare_data` validates the dataset (a bad transcript CSV is answered with file, line and field)
-and extracts its features into a scratch store with the checkpoint's feature config, `setup` builds
-the windows (stride as in training; the clip is one phase) z-scored with the training statistics
-the checkpoint carries, and `trainer.predict` runs the module's `predict_step`. A clip shorter than one
-window is scored as one window, as in training and `empathic-predict` (datamodules/windows.py), with a
-note among the result's warnings. Problems a user can fix (no face, no audio, no frames, unreadable, too
-big, bad transcript) raise ClipError with a message for the page that names the user's files, never the
-server's paths.
+checkpoint's own data config builds an `FusionDataModule` with its predict split over it: `prepare_data`
+validates the dataset (a bad transcript CSV is answered with file, line and field) and extracts its features
+into a scratch store with the checkpoint's feature config, `setup` builds the windows (stride as in training;
+the clip is one phase) z-scored with the training statistics the checkpoint carries, and the one predict loop
+(models/predict.py) runs the module's `predict_step`. A clip shorter than one window is scored as one window,
+as in training and `empathic-predict` (datamodules/windows.py), with a note among the result's warnings.
+Problems a user can fix (no face, no audio, no frames, unreadable, too big, bad transcript) raise ClipError
+with a message for the page that names the user's files, never the server's paths.
 """
 from __future__ import annotations
 

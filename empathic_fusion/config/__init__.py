@@ -2,7 +2,7 @@
 
 Importing this package registers the schemas in Hydra's ConfigStore, so every YAML of a group names its
 schema first in its defaults list (`defaults: [schema_evaluation, _self_]`); the console scripts
-(empathic_fusion/cli.py) and `empathic_fusion.utils.compose` import it before composing.
+(empathic_fusion/cli.py) and `empathic_fusion.compose` import it before composing.
 
 - data: `FusionDataConfig` (data.py; conf/data/demo.yaml, empathic_stories.yaml) and `TextDataConfig`
   (text_csv.yaml, empathetic_exchanges.yaml); demo generator settings `DemoConfig` (demo.py)
@@ -17,7 +17,9 @@ configs are composed, and `typed(group, values)` does so for partial configs bui
 YAML that no schema has fails composition for everyone; tests/test_configs.py composes every config.
 `validate(cfg)` (train, evaluate, extract call it first) reports every value out of range at once.
 `with_defaults(features)` is the features config filled in and checked (feature_defaults.py); the branch
-registry it checks against is empathic_fusion/core/branches.py.
+registry it checks against is empathic_fusion/core/branches.py, whose branches (and their `features.<branch>`
+sections) the extractor files of empathic_fusion/features declare: importing that package, as the entry
+points do before composing, adds their sections to the schema stored here.
 """
 from __future__ import annotations
 
@@ -60,15 +62,20 @@ SCHEMAS: dict[tuple[str | None, str], type] = {
 
 
 def register_schemas() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent; again after a branch brings its settings, so
-    that composition knows its `features.<branch>` section)."""
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
     store = ConfigStore.instance()
     for (group, name), schema in SCHEMAS.items():
         store.store(group=group, name=name, node=features_schema() if schema is FeaturesConfig else schema)
 
 
+def register_features_schema() -> None:
+    """Store the `features` schema again after a branch brings its settings (features/branch_unit.py), so that
+    composition knows its `features.<branch>` section."""
+    ConfigStore.instance().store(group="features", name="schema_features", node=features_schema())
+
+
 register_schemas()
 
 __all__ = ["ConfigError", "DemoConfig", "EvaluationConfig", "FeaturesConfig", "FusionDataConfig", "PathsConfig",
-           "SCHEMAS", "TextDataConfig", "TrainerConfig", "modality_branches", "register_schemas", "typed", "validate",
-           "with_defaults"]
+           "SCHEMAS", "TextDataConfig", "TrainerConfig", "modality_branches", "register_features_schema",
+           "register_schemas", "typed", "validate", "with_defaults"]

@@ -156,7 +156,7 @@ class ServeRunConfig(EntryPointConfig):
     host: str = "127.0.0.1"                      # local only; no share link is ever made
     port: int = 7860
     max_upload_mb: int = 2048                    # uploads stream to disk and are refused past this size
-    accelerator: str = "cpu"                     # where trainer.predict runs the models: cpu | gpu | auto
+    accelerator: str = "cpu"                     # where the predict loop runs the models: cpu | gpu | auto
     flag_csv: str = "${paths.log_dir}/serve/flagged.csv"  # Flag appends text, persona inputs and scores here
 
     def rules(self) -> dict[str, tuple[bool, str]]:
@@ -189,7 +189,7 @@ class PredictRunConfig(EntryPointConfig):
     task_name: str = "predict"
     ckpt_path: Optional[str] = None              # a checkpoint file or a run folder (its best checkpoint); required
     out_dir: Optional[str] = None                # where the predictions go; null = this run's output folder
-    accelerator: str = "cpu"                     # where trainer.predict runs the model: cpu | gpu | auto
+    accelerator: str = "cpu"                     # where the predict loop runs the model: cpu | gpu | auto
     progress: bool = True                        # progress bars for extraction and prediction
     data: PredictDataConfig = field(default_factory=PredictDataConfig)
 

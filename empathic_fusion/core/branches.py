@@ -8,9 +8,10 @@ onto every frame.
 
 The registry sits at the bottom (it imports nothing from empathic_fusion but the bottom's errors) so that
 the feature schema (empathic_fusion/config/features.py), extraction, the datamodules and the app all read it
-from one place; the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. The
-parts of a branch that live higher up are registered with its spec as one unit by its extractor file
-(empathic_fusion/features/branch_unit.py).
+from one place; the feature config filled in from its schema is `empathic_fusion.config.with_defaults`. It
+lists no branch itself: each extractor file of empathic_fusion/features declares its branches (spec, settings
+and the parts that live higher up, as one unit: empathic_fusion/features/branch_unit.py), and importing that
+package finds them all, before any config is composed (the entry points import it first).
 """
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ MODALITIES = ("video", "audio", "text")
 @dataclass(frozen=True)
 class BranchSpec:
     """What the rest of the project needs to know about a store branch: the facts that every layer may read.
-    What lives higher up (its settings, signature, extractor and size per frame) is registered with it by its
-    extractor file (empathic_fusion/features/branch_unit.py)."""
+    Its extractor file declares it with its settings and the parts that live higher up (its signature,
+    extractor and size per frame) as one unit (empathic_fusion/features/branch_unit.py)."""
 
     modality: str                            # the modality whose per-frame vector it is part of
     source: str                              # "media": decoded per session in worker processes; "transcript"
@@ -55,38 +56,56 @@ class UnknownBranchError(UserError, ValueError):
         self.branch = branch
 
 
-# The one registry of branches: extraction, the datamodule, the window loaders and the app read it. The
-# package's own are listed here, so that the config and the datamodules know them without importing their
-# extractors; a branch added from outside the package comes in through add_branch.
-BRANCHES: dict[str, BranchSpec] = {
-    "face": BranchSpec("video", "media", medium="video"),
-    "cnn": BranchSpec("video", "media", medium="video"),
-    "audio": BranchSpec("audio", "media", medium="audio", speech_source=True),
-    "text": BranchSpec("text", "transcript", ("utterances", "frame_utterance")),
-    "glove": BranchSpec("text", "transcript", ("words", "frame_word")),
-}
+# The one registry of branches, filled in by the extractor files (empathic_fusion/features/branch_unit.py):
+# extraction, the datamodule, the window loaders, the app and the features schema read it. Kept in modality
+# order (MODALITIES), each modality's branches in the order they were declared.
+BRANCHES: dict[str, BranchSpec] = {}
+# each branch's settings dataclass: its `features.<branch>` section
+BRANCH_SETTINGS: dict[str, type] = {}
 # views of BRANCHES, kept in step with it by add_branch and remove_branch
-BRANCH_MODALITY = {name: spec.modality for name, spec in BRANCHES.items()}
-INDEXED = {name: spec.indexed for name, spec in BRANCHES.items() if spec.indexed}
+BRANCH_MODALITY: dict[str, str] = {}
+INDEXED: dict[str, tuple[str, str]] = {}
 
 
-def add_branch(name: str, spec: BranchSpec) -> None:
-    """Register a branch's facts (a branch already registered with other facts is an error)."""
+def add_branch(name: str, spec: BranchSpec, settings: type) -> bool:
+    """Register a branch's facts and settings (a branch already registered with other facts is an error);
+    whether its settings changed (a new branch, or a module imported again), so the schema must be rebuilt."""
     if name in BRANCHES and BRANCHES[name] != spec:
         raise ValueError(f"feature branch '{name}' is already registered as {BRANCHES[name]}")
     if spec.modality not in MODALITIES:
         raise ValueError(f"feature branch '{name}': modality must be one of {list(MODALITIES)}, got '{spec.modality}'")
     if spec.speech_source and speech_branch() not in (None, name):
         raise ValueError(f"feature branch '{name}': '{speech_branch()}' is already the speech source")
-    BRANCHES[name] = spec
-    BRANCH_MODALITY[name] = spec.modality
-    if spec.indexed:
-        INDEXED[name] = spec.indexed
+    changed = BRANCH_SETTINGS.get(name) is not settings
+    BRANCH_SETTINGS[name] = settings
+    if name not in BRANCHES:
+        BRANCHES[name] = spec
+        _sort_by_modality()
+    return changed
+
+
+def _sort_by_modality() -> None:
+    """Reorder BRANCHES (in place: modules hold it) by modality, keeping declaration order within one, and
+    rebuild its views in that order."""
+    ordered = sorted(BRANCHES.items(), key=lambda item: MODALITIES.index(item[1].modality))
+    BRANCHES.clear()
+    BRANCHES.update(ordered)
+    BRANCH_MODALITY.clear()
+    BRANCH_MODALITY.update((name, spec.modality) for name, spec in ordered)
+    INDEXED.clear()
+    INDEXED.update((name, spec.indexed) for name, spec in ordered if spec.indexed)
+
+
+def branch_settings(name: str) -> type:
+    """The settings dataclass of a registered branch (its defaults are the class's attributes)."""
+    branch_spec(name)
+    return BRANCH_SETTINGS[name]
 
 
 def remove_branch(name: str) -> None:
     """Forget a branch added with add_branch (a plug-in's, a test's)."""
     BRANCHES.pop(name, None)
+    BRANCH_SETTINGS.pop(name, None)
     BRANCH_MODALITY.pop(name, None)
     INDEXED.pop(name, None)
 

@@ -6,7 +6,7 @@ normalisation statistics from the training split, and the three window datasets.
 `predict=True` there is no split: setup builds one `predict` split over every (session, story) of
 the dataset (ratings.csv's pairs; a session without ratings is scored against every story),
 z-scored with the given `stats` (a checkpoint's training statistics); the app scores an uploaded
-clip this way (empathic_fusion/app/clip.py), through `trainer.predict`. Loaders
+clip this way (empathic_fusion/app/clip.py), through empathic_fusion/models/predict.py. Loaders
 (`loader: batched`, the default) gather whole batches from frame arrays concatenated across sessions
 (empathic_fusion/datamodules/window_gather.py): `frames: auto` keeps them in a GPU's memory (in
 `device_frames_dtype`) when they fit `device_memory_gb` (by default half of its free memory) and otherwise

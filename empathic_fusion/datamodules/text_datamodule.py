@@ -4,7 +4,7 @@ Like the fusion datamodule, a run tests one fold (`cv_fold` of `cv_folds`); a sw
 `data.cv_fold` covers them all and `evaluate.py sweep_dir=` aggregates the folds. `cv_fold=null`
 trains on every row (a validation part still held out for checkpoints) and tests nothing;
 `test_all=true` tests every row (scoring a new table with a trained checkpoint). `predict=true`
-makes every row of the table the predict split (`trainer.predict`): labels are not needed, its
+makes every row of the table the predict split (models/predict.py): labels are not needed, its
 rows hold the fields as the model reads them (`TextScorer` builds the derived `previous_turns` from
 the raw columns first, as training does), and the persona encoder and target statistics must come
 from a checkpoint (`apply_fitted`, or `for_checkpoint`); `empathic-predict` and the app score this way.
@@ -140,17 +140,15 @@ class TextDataModule(L.LightningDataModule):
         self.test_rows = np.arange(len(self.table))
 
     @classmethod
-    def for_checkpoint(cls, data_cfg: dict[str, Any], fitted: dict[str, Any], rows: pd.DataFrame,
-                       embedder=None, layer_sets: tuple[int, ...] = ()) -> "TextDataModule":
+    def for_checkpoint(cls, data_cfg: dict[str, Any], fitted: dict[str, Any], rows: pd.DataFrame) -> "TextDataModule":
         """A predict split over `rows` with a checkpoint's data config and fitted state (its
-        `data_info`: persona vocabulary, target statistics), set up and ready for trainer.predict."""
+        `data_info`: persona vocabulary, target statistics), set up and ready to predict."""
         keep = {k: v for k, v in data_cfg.items() if not k.startswith("_")}
         keep.update(path=None, table=rows, predict=True, cv_fold=None, test_all=False, max_rows=None, batch_size=64)
         datamodule = cls(**keep)
         datamodule.setup("predict")
         datamodule.apply_fitted(PersonaEncoder.from_state(fitted["persona"]), np.asarray(fitted["target_mean"]),
                                 np.asarray(fitted["target_std"]))
-        datamodule.embedder, datamodule.layer_sets = embedder, tuple(layer_sets)
         return datamodule
 
     def all_texts(self) -> list[str]:

@@ -13,10 +13,10 @@ from empathic_fusion.datamodules.protocol import FusionData
 from empathic_fusion.evaluation.conformal import format_intervals, fusion_intervals
 from empathic_fusion.evaluation.groups import check_groups, group_results
 from empathic_fusion.evaluation.missing_modalities import missing_modality_report
-from empathic_fusion.evaluation.report_parts import (build_report, format_ci, predict_split, sanity_check, settings,
-                                               write_test_report)
+from empathic_fusion.evaluation.report_parts import build_report, format_ci, sanity_check, settings, write_test_report
 from empathic_fusion.metrics import METRIC_NAMES, empathy_metrics, model_loss
 from empathic_fusion.models.fusion_module import FusionModule
+from empathic_fusion.models.predict import predict_split
 
 
 def fusion_report(module: FusionModule, datamodule: FusionData, out_dir: Path, evaluation: dict[str, Any],

@@ -37,9 +37,9 @@ import torch
 
 from empathic_fusion.datamodules.missing import drop_frames_block, drop_frames_random, remove_modalities
 from empathic_fusion.evaluation.plots import log_figure, save_figure
-from empathic_fusion.evaluation.report_parts import predict_split
 from empathic_fusion.evaluation.tables import NO_REFERENCE
 from empathic_fusion.metrics import empathy_metrics
+from empathic_fusion.models.predict import predict_split
 
 KINDS = ("none", "random", "block", "removed")
 DROPPING = ("random", "block")

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from lightning.fabric.utilities.apply_func import move_data_to_device
 
 from empathic_fusion.config import typed
 from empathic_fusion.dataset.scale import RatingScale
@@ -33,8 +32,7 @@ from empathic_fusion.evaluation.plots import (
     save_figure,
     session_timelines,
 )
-from empathic_fusion.metrics import (METRIC_NAMES, choose_threshold, empathy_metrics, format_table, model_loss,
-                                     split_predictions)
+from empathic_fusion.metrics import METRIC_NAMES, choose_threshold, empathy_metrics, format_table, model_loss
 
 log = logging.getLogger(__name__)
 MSE_SCALE = "rating"  # test_metrics.json "mse_scale": MSE and MAE are on the rating (label) scale; reports before it
@@ -46,28 +44,6 @@ def settings(evaluation: dict[str, Any] | None) -> dict[str, Any]:
     """The evaluation settings with defaults filled in from their schema (empathic_fusion/config/evaluation.py);
     an unknown key, wrong type or value out of range is an error naming key=value."""
     return asdict(typed("evaluation", evaluation or {}))
-
-
-@torch.no_grad()
-def predict_loader(model: torch.nn.Module, loader, fields: tuple[str, ...] = ("target",)) -> dict[str, torch.Tensor]:
-    """The model's outputs over a loader ("pred", float32 on the CPU) and the batches' `fields`, each
-    concatenated; the model in eval mode, no logging."""
-    was_training = model.training
-    model.eval()
-    preds, values = [], {field: [] for field in fields}
-    device = next(model.parameters(), torch.empty(0)).device
-    for batch in loader:  # kept where they are made (a loader may gather on a GPU), read back once
-        preds.append(model(move_data_to_device(batch, device)).float())
-        for field in fields:
-            values[field].append(batch[field])
-    model.train(was_training)
-    return {"pred": torch.cat(preds).cpu(), **{field: torch.cat(parts).cpu() for field, parts in values.items()}}
-
-
-def predict_split(model: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
-    """Window predictions, targets and rating indices of a split (the model in eval mode, no logging)."""
-    predicted = predict_loader(model, loader, ("target", "rating_index"))
-    return split_predictions(predicted["pred"], predicted["target"].float(), predicted["rating_index"].long())
 
 
 def prediction_tables(predictions: dict[str, torch.Tensor], ratings: pd.DataFrame,

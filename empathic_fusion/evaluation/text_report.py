@@ -24,10 +24,10 @@ from empathic_fusion.datamodules.text_datamodule import TextDataModule
 from empathic_fusion.dataset.scale import RatingScale
 from empathic_fusion.evaluation.conformal import calibrate, format_intervals, interval_report
 from empathic_fusion.evaluation.groups import check_groups, group_results
-from empathic_fusion.evaluation.report_parts import (format_ci, group_report, predict_loader, sanity_check, settings,
-                                               write_test_report)
+from empathic_fusion.evaluation.report_parts import format_ci, group_report, sanity_check, settings, write_test_report
 from empathic_fusion.evaluation.text_robustness import robustness_report
 from empathic_fusion.metrics import LEVEL_METRIC_NAMES, METRIC_NAMES, metrics_with_levels
+from empathic_fusion.models.predict import predict_batches
 from empathic_fusion.models.text_module import OVERALL, TextEmpathyModule
 from empathic_fusion.evaluation import text_baselines as baselines
 
@@ -102,7 +102,7 @@ def validation_predictions(module: TextEmpathyModule, datamodule: TextDataModule
     if not len(datamodule.val_rows):
         n_labels = len(module.label_names)
         return np.zeros((0, n_labels)), np.zeros((0, n_labels))
-    predicted = predict_loader(module, datamodule.val_dataloader())
+    predicted = predict_batches(module, datamodule.val_dataloader(), ("target",))
     return predicted["pred"].numpy(), predicted["target"].float().numpy()
 
 

@@ -18,6 +18,7 @@ A recording shorter than one chunk and its context after is one call, as before.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
@@ -25,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.config.features import AudioConfig
-from empathic_fusion.core.branches import BRANCHES
+from empathic_fusion.config.checks import one_of, require
+from empathic_fusion.core.branches import BranchSpec
 from empathic_fusion.core.versions import installed_version
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.branch_unit import BranchOutput, BranchUnit, MediaJob, register_branch
@@ -46,6 +47,18 @@ CHUNK_SECONDS = 60.0  # audio per openSMILE call; with the context: 71 s, 4.5 MB
 CONTEXT_BEFORE_SECONDS = 10.0
 CONTEXT_AFTER_SECONDS = 1.0
 NANOSECONDS_PER_SAMPLE = 1_000_000_000 // SAMPLE_RATE  # 62,500: exact
+SPEECH_MASKS = ("transcript", "voicing", "transcript_or_voicing")
+
+
+@dataclass
+class AudioConfig:
+    """openSMILE low-level descriptors, averaged onto the video frame clock."""
+
+    feature_set: str = "ComParE_2016"       # 65 LLDs (paper); eGeMAPSv02 gives 25
+    speech_mask: str = "transcript_or_voicing"  # voicing is used when no participant speech is transcribed
+
+    def __post_init__(self) -> None:
+        require("features.audio", self, {"speech_mask": (self.speech_mask in SPEECH_MASKS, one_of(SPEECH_MASKS))})
 
 
 @lru_cache(maxsize=4)
@@ -257,5 +270,5 @@ def extract_audio_branch(job: MediaJob, branches: list[str]) -> dict[str, Branch
     return {"audio": extract_audio(job.audio, job.fps, job.cfg["audio"]["feature_set"])}
 
 
-register_branch(BranchUnit("audio", BRANCHES["audio"], AudioConfig, audio_signature,
-                           extract_media=extract_audio_branch, frame_bytes=audio_frame_bytes))
+register_branch(BranchUnit("audio", BranchSpec("audio", "media", medium="audio", speech_source=True), AudioConfig,
+                           audio_signature, extract_media=extract_audio_branch, frame_bytes=audio_frame_bytes))

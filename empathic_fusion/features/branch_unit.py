@@ -1,13 +1,17 @@
 """A feature branch as one unit: its facts, settings, signature, extractor and size, registered together.
 
-Each extractor file registers its branches with `register_branch(BranchUnit(...))` when it is imported; the
-registry imports every module of this package that does so the first time it is asked (`branch_unit`), so a
-new extractor file needs no import line anywhere. Extraction (extract.py), the space estimate (store_space.py)
-and the datamodules read the units and the specs, never a branch's name. What each part means:
+A branch is one file: its extractor file declares its spec and settings dataclass beside its extractor and
+registers them with `register_branch(BranchUnit(...))` when it is imported. Importing this package imports
+every module of it that does so (`discover_branches`, from features/__init__.py), so the core registry and
+the `features` schema know every branch before any config is composed or checked (the entry points, cli.py
+and compose.py, import the package first), and a new extractor file needs no import line and no entry
+in any other file. Such a file imports nothing heavy at module level (mediapipe, opensmile, torch: inside
+its functions), because every process that reads a config imports it. Extraction (extract.py), the space
+estimate (store_space.py) and the datamodules read the units and the specs, never a branch's name. The parts:
 
 - spec: the facts in empathic_fusion/core/branches.py (modality, media or transcript, dense or indexed,
   the medium it reads, whether it is the speech source), which the layers below this one read;
-- settings: the dataclass of its `features.<name>` section (the package's own are FeaturesConfig's fields);
+- settings: the dataclass of its `features.<name>` section, ranges checked in its `__post_init__`;
 - signature: what its stored output depends on (extractor, version, config, input hashes): a changed
   signature makes the stored branch stale, so an existing branch's must never change by accident;
 - a media branch's `extract_media(job, branches)`, run per session in a worker process (branches that share
@@ -25,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from empathic_fusion.config import register_schemas
-from empathic_fusion.config.features import add_branch_settings, remove_branch_settings
+from empathic_fusion.config import register_features_schema
 from empathic_fusion.core.branches import BRANCHES, BranchSpec, UnknownBranchError, add_branch, remove_branch
 from empathic_fusion.core.files import is_disk_full
 
@@ -101,30 +104,43 @@ class BranchUnit:
 
 
 _UNITS: dict[str, BranchUnit] = {}
-_discovered = False
+_SCANNED: set[str] = set()  # modules of this package already looked at by discover_branches
+_schema_stale = False  # a branch's settings changed since the features schema was last stored
+_discovering = False  # while discover_branches imports: the schema is stored once at its end, with every branch in
 
 
 def register_branch(unit: BranchUnit) -> BranchUnit:
-    """Make a branch known everywhere: its facts to the core registry, its settings to the features schema
-    (and to Hydra's), the rest to extraction. Registering the same unit again (a re-import) is harmless."""
-    add_branch(unit.name, unit.spec)
-    if add_branch_settings(unit.name, unit.settings):
-        register_schemas()
+    """Make a branch known everywhere: its facts and settings to the core registry (and so to the features
+    schema, and to Hydra's), the rest to extraction. Registering the same unit again (a re-import) is harmless."""
+    global _schema_stale
+    if add_branch(unit.name, unit.spec, unit.settings):
+        _schema_stale = True
     _UNITS[unit.name] = unit
+    if not _discovering:
+        _store_schema()
     return unit
 
 
+def _store_schema() -> None:
+    """Store the features schema in Hydra's ConfigStore when a branch's settings changed since it last was."""
+    global _schema_stale
+    if _schema_stale:
+        register_features_schema()
+        _schema_stale = False
+
+
 def unregister_branch(name: str) -> None:
-    """Forget a branch registered from outside the package (a plug-in's, a test's)."""
+    """Forget a registered branch (a plug-in's, a test's)."""
     _UNITS.pop(name, None)
     remove_branch(name)
-    remove_branch_settings(name)
-    register_schemas()
+    register_features_schema()
 
 
 def branch_unit(name: str) -> BranchUnit:
-    """The unit of a registered branch; UnknownBranchError (naming the known ones) for any other name."""
-    _discover()
+    """The unit of a registered branch; UnknownBranchError (naming the known ones) for any other name. An
+    unknown name first looks for extractor files added to the package since it was imported."""
+    if name not in _UNITS:
+        discover_branches()
     if name not in _UNITS:
         raise UnknownBranchError(name)
     return _UNITS[name]
@@ -132,26 +148,34 @@ def branch_unit(name: str) -> BranchUnit:
 
 def branch_units() -> list[BranchUnit]:
     """Every registered branch's unit, in the core registry's order."""
-    _discover()
     return [branch_unit(name) for name in BRANCHES]
 
 
-def _discover() -> None:
-    """Import, once, every module of this package that registers a branch (its source calls
-    `register_branch(`), so each extractor file has registered its branches. Only those: every extraction
-    worker process does this, and the others (the ResNet-50 weights' torch module, the command line) would
-    add seconds to each worker's start."""
-    global _discovered
-    if _discovered:
+def discover_branches() -> None:
+    """Import every module of this package (folders added to its `__path__` too) that registers a branch
+    (its source calls `register_branch(`) and has not been looked at yet. Only those: every extraction worker
+    process does this, and the others (the ResNet-50 weights' torch module, the command line) would add
+    seconds to each worker's start. The features schema is stored once at the end, when the defaults of
+    `features.modalities` name branches that are all declared."""
+    global _discovering
+    if _discovering:  # a module being imported asked for a unit
         return
-    _discovered = True  # before the imports: a module may ask for a unit while it is imported
+    _discovering = True
     try:
         package = importlib.import_module(__package__)
         for module in pkgutil.iter_modules(package.__path__):
+            name = f"{__package__}.{module.name}"
+            if name in _SCANNED or name == __name__:
+                continue
             source = Path(module.module_finder.path) / f"{module.name}.py"
-            if module.name != __name__.rsplit(".", 1)[-1] and source.is_file() \
-                    and "register_branch(" in source.read_text(encoding="utf-8"):
-                importlib.import_module(f"{__package__}.{module.name}")
-    except BaseException:
-        _discovered = False
-        raise
+            if source.is_file() and "register_branch(" in source.read_text(encoding="utf-8"):
+                importlib.import_module(name)
+            _SCANNED.add(name)
+    finally:
+        _discovering = False
+    _store_schema()
+
+
+def forget_module(name: str) -> None:
+    """Let discover_branches look at a module again (one removed from the package and unregistered: a test's)."""
+    _SCANNED.discard(name)

@@ -27,9 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from empathic_fusion.config.features import CNN_PRECISIONS
-
 INPUT_SIZE = 224
+CNN_PRECISIONS = ("auto", "fp32", "bf16", "fp16")  # features.cnn.precision (resolve_precision)
 MODELS = {"efficientnet_lite0": 1280, "resnet50": 2048}
 # EfficientNet-Lite was trained on (x - 127) / 128 (TF-Lite preprocessing); ResNet50 on ImageNet mean/std
 NORMALISATION = {"efficientnet_lite0": ((127.0, 127.0, 127.0), (128.0, 128.0, 128.0)),

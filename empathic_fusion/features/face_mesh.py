@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from empathic_fusion.config.features import FaceConfig
+from empathic_fusion.core.branches import branch_settings
 
 N_LANDMARKS = 478
 POSE_LANDMARKS = [1, 152, 33, 263, 61, 291]  # nose tip, chin, eye outer corners, mouth corners
@@ -242,9 +242,11 @@ class FaceMeshTracker:
     name = "mediapipe_face_mesh"
 
     def __init__(self, min_detection_confidence: float = 0.5, min_tracking_confidence: float = 0.5,
-                 max_faces: int = FaceConfig.max_faces):
+                 max_faces: int | None = None):
         import mediapipe as mp
 
+        if max_faces is None:  # features.face's default (FaceConfig, video_branches.py)
+            max_faces = branch_settings("face").max_faces
         self.version = mp.__version__
         self.last_points: np.ndarray | None = None  # landmarks (pixels) of the participant's face last found
         self.faces_found = 0  # distinct faces of any person in the last frame

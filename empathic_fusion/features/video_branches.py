@@ -3,16 +3,20 @@
 face: the MediaPipe face mesh (face_mesh.py, 1451 per frame) or imported OpenFace CSVs (openface_import.py,
 253); cnn: EfficientNet-Lite0 (1280) or ResNet50 (2048) frame embeddings (cnn_frames.py). Their versions
 below go into their signatures: raise one when what the branch computes changes, so stored features go stale.
+Their settings (`features.face`, `features.cnn`) are declared here with them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional, Union
 
-from empathic_fusion.config.features import CnnConfig, FaceConfig
-from empathic_fusion.core.branches import BRANCHES
+from empathic_fusion.config.checks import finite, one_of, require
+from empathic_fusion.core.branches import BranchSpec
 from empathic_fusion.core.versions import installed_version
 from empathic_fusion.dataset import EmpathyDataset
 from empathic_fusion.features.branch_unit import BranchOutput, BranchUnit, MediaJob, register_branch
+from empathic_fusion.features.cnn_frames import CNN_PRECISIONS
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.utils.run_output import native_logs_filtered
 
@@ -32,6 +36,67 @@ CNN_VERSION = "5"
 TRACKER_KEYS = ("min_detection_confidence", "min_tracking_confidence", "max_faces")  # features.face's mesh settings
 CNN_KEYS = ("model", "weights_path", "crop", "frame_stride", "batch_size", "device", "precision", "mask_without_face",
             "min_frame_std")  # features.cnn's settings the video pass reads
+FACE_BACKENDS = ("mediapipe", "openface")
+CNN_CROPS = ("frame", "face")
+
+
+@dataclass
+class FaceConfig:
+    """MediaPipe face mesh (478 landmarks with iris) -> pose, gaze, expression, landmarks; or OpenFace CSVs."""
+
+    backend: str = "mediapipe"              # mediapipe | openface (read <openface_dir>/<session_id>.csv)
+    min_detection_confidence: float = 0.5
+    min_tracking_confidence: float = 0.5
+    # faces the mesh looks for; the participant's is followed from frame to frame (features/face_mesh.py), and
+    # frames with more than one face are counted and reported. 1 notices no second face and may switch to it
+    max_faces: int = 2
+    openface_dir: Optional[str] = None
+    openface_min_confidence: float = 0.75   # OpenFace rows below it (or success 0) get mask 0
+
+    def __post_init__(self) -> None:
+        unit = "a number in [0, 1]"
+        require("features.face", self, {
+            "backend": (self.backend in FACE_BACKENDS, one_of(FACE_BACKENDS)),
+            "min_detection_confidence": (finite(self.min_detection_confidence)
+                                         and 0 <= self.min_detection_confidence <= 1, unit),
+            "min_tracking_confidence": (finite(self.min_tracking_confidence)
+                                        and 0 <= self.min_tracking_confidence <= 1, unit),
+            "max_faces": (self.max_faces >= 1, "an integer >= 1"),
+            "openface_min_confidence": (finite(self.openface_min_confidence)
+                                        and 0 <= self.openface_min_confidence <= 1, unit)})
+
+
+@dataclass
+class CnnConfig:
+    """ImageNet CNN frame embeddings (global-average-pooled last conv)."""
+
+    model: str = "efficientnet_lite0"       # packaged weights, 1280-d; resnet50 (2048-d, the paper's) needs weights_path
+    weights_path: Optional[str] = None      # torchvision resnet50 state dict .pth (or other efficientnet-lite0 weights)
+    crop: str = "frame"                     # frame (whole frame, the paper's) | face (box around the face mesh)
+    frame_stride: int = 1                   # embed every n-th frame and hold it in between (CPU users: 3-5)
+    # mask 0 where the face mesh finds no participant face (an empty chair, a covered lens): the mesh then
+    # runs for the cnn branch too. false embeds such frames (crop=frame), e.g. a participant turned away
+    mask_without_face: bool = True
+    # mask 0 where the frame's grey levels (0-255) have a standard deviation below this: black frames, a
+    # covered lens (a room with a face in it: 40-80). 0 embeds every frame
+    min_frame_std: float = 5.0
+    # auto = the batch (and memory layout) the network ran fastest at on this device kind, measured by
+    # benchmarks/extract.py (docs/results/extract.md; AUTO_BATCH in features/cnn_frames.py)
+    batch_size: Union[int, str] = "auto"
+    device: str = "auto"                    # auto = cuda when available
+    # auto = fp32 on cpu, fp16 on cuda; bf16 = autocast, faster on CPUs with bf16 units but not exact (its
+    # cosine to fp32 is in docs/results/extract.md); bf16 and fp16 stores are told apart from fp32 ones
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        require("features.cnn", self, {
+            "crop": (self.crop in CNN_CROPS, one_of(CNN_CROPS)),
+            "frame_stride": (self.frame_stride >= 1, "an integer >= 1"),
+            "min_frame_std": (finite(self.min_frame_std) and self.min_frame_std >= 0, "a number >= 0"),
+            "batch_size": (self.batch_size == "auto" or (isinstance(self.batch_size, int)
+                                                         and not isinstance(self.batch_size, bool)
+                                                         and self.batch_size >= 1), "auto or an integer >= 1"),
+            "precision": (self.precision in CNN_PRECISIONS, one_of(CNN_PRECISIONS))})
 
 
 def openface_csv(cfg: dict, session_id: str) -> Path | None:
@@ -145,7 +210,7 @@ def extract_video_branches(job: MediaJob, branches: list[str]) -> dict[str, Bran
     return results
 
 
-register_branch(BranchUnit("face", BRANCHES["face"], FaceConfig, face_signature,
+register_branch(BranchUnit("face", BranchSpec("video", "media", medium="video"), FaceConfig, face_signature,
                            extract_media=extract_video_branches, frame_bytes=face_frame_bytes))
-register_branch(BranchUnit("cnn", BRANCHES["cnn"], CnnConfig, cnn_signature,
+register_branch(BranchUnit("cnn", BranchSpec("video", "media", medium="video"), CnnConfig, cnn_signature,
                            extract_media=extract_video_branches, frame_bytes=cnn_frame_bytes))

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from empathic_fusion.config.features import CnnConfig
+from empathic_fusion.core.branches import branch_settings
 from empathic_fusion.features.cnn_frames import grey_std
 from empathic_fusion.features.face_mesh import (AMBIGUOUS, AT_EDGE, FACE_DIM, NO_FACE, OTHER_FACES, OUTCOMES,
                                                 FaceMeshTracker, frame_features)
@@ -263,9 +263,10 @@ def _cnn_setup(cnn_cfg: dict[str, Any] | None, embedder) -> tuple[_CnnRules, Any
     if cnn_cfg is None:
         return _CnnRules(), embedder
     cnn_cfg = dict(cnn_cfg)
+    defaults = branch_settings("cnn")  # features.cnn's (CnnConfig, video_branches.py)
     rules = _CnnRules(stride=max(int(cnn_cfg.pop("frame_stride", 1)), 1),
-                      mask_without_face=bool(cnn_cfg.pop("mask_without_face", CnnConfig.mask_without_face)),
-                      min_std=float(cnn_cfg.pop("min_frame_std", CnnConfig.min_frame_std)))
+                      mask_without_face=bool(cnn_cfg.pop("mask_without_face", defaults.mask_without_face)),
+                      min_std=float(cnn_cfg.pop("min_frame_std", defaults.min_frame_std)))
     return rules, embedder if embedder is not None else cached_embedder(cnn_cfg)
 
 

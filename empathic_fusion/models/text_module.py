@@ -365,17 +365,16 @@ class TextEmpathyModule(EmpathyLightningModule):
 
 def attach_encoder(module: TextEmpathyModule, datamodule: TextDataModule) -> None:
     """Frozen encoder: encode every text of the table once (cached on disk when cache_dir is set), on the
-    device the run trains on. The frozen encoder is no submodule (its weights stay out of checkpoints), so
-    Lightning never moves it, and `setup` runs before the module itself is moved: without this, a
-    `trainer=gpu` run encoded its whole table on the CPU."""
+    device the run trains on (without a Trainer, scoring: the module's). The frozen encoder is no submodule
+    (its weights stay out of checkpoints), so Lightning never moves it, and `setup` runs before the module
+    itself is moved: without this, a `trainer=gpu` run encoded its whole table on the CPU."""
     encoder = module.frozen_encoder
     datamodule.embedder = encoder
     datamodule.layer_sets = module.net.layer_sets
     module.encoder.check_languages(datamodule.fields)
     if encoder is not None:
         trainer = module._trainer
-        if trainer is not None:
-            encoder.to(trainer.strategy.root_device)
+        encoder.to(trainer.strategy.root_device if trainer is not None else module.device)
         if module.net.layer_sets:
             encoder.keep_layers(max(module.net.layer_sets))  # from the same pass as the embeddings
         started = time.perf_counter()

@@ -1,15 +1,15 @@
 """Score a folder of recordings with a fusion checkpoint, through the training data path.
 
-The checkpoint's own data and feature config builds an `FusionDataModule` with its predict split over
-the new dataset (ratings.csv optional): `prepare_data` validates the dataset and extracts what its
-store lacks, `setup` builds the windows z-scored with the training statistics the checkpoint carries,
-and `trainer.predict` runs the module's `predict_step` (the web app's Clip tab scores one clip the same
-way). Predictions are mapped back onto the rating scale the model was trained on (the checkpoint carries
-it; 1-5 for checkpoints from before), never the new folder's: a folder whose ratings.csv rates on another
-scale is refused. Every (session, story) pair the predict split holds comes back, scored or with the
-reason it could not be, and so does every session without a pair to score (one row, story_id empty).
-Media shorter than one window are scored as one window as in training (datamodules/windows.py), with a
-`note`; window times end at the media's end.
+The checkpoint's own data and feature config builds an `FusionDataModule` with its predict split over the new
+dataset (ratings.csv optional): `prepare_data` validates the dataset and extracts what its store lacks,
+`setup` builds the windows z-scored with the training statistics the checkpoint carries, and the one predict
+loop (models/predict.py) runs the module's `predict_step` (the web app's Clip tab scores one clip the same
+way). Predictions are mapped back onto the rating scale the model was trained on (the checkpoint carries it;
+1-5 for checkpoints from before), never the new folder's: a folder whose ratings.csv rates on another scale is
+refused. Every (session, story) pair the predict split holds comes back, scored or with the reason it could
+not be, and so does every session without a pair to score (one row, story_id empty). Media shorter than one
+window are scored as one window as in training (datamodules/windows.py), with a `note`; window times end at
+the media's end.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from, as in training); its labels are not needed (and not read). Persona
 columns the model was trained with are read when present; a missing column, an unseen category or a
 number that does not parse counts as unknown, with a warning. A row whose text fields are all empty
 cannot be scored and is kept with the reason. Scores go through `TextScorer` (the checkpoint's predict
-split and `trainer.predict`, whose encoder warns about texts in languages it was not trained for), are
+split and the one predict loop, whose encoder warns about texts in languages it was not trained for), are
 clipped to the label scale and carry the model card's interval (each output's split-conformal half-width).
 """
 from __future__ import annotations

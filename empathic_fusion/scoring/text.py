@@ -75,5 +75,5 @@ class TextScorer:
 
     def score(self, fields: dict[str, list[str]], persona: pd.DataFrame | None = None,
               progress: bool = False) -> dict[str, np.ndarray]:
-        """Scores for N rows (raw: not clipped to the label scale), through trainer.predict."""
+        """Scores for N rows (raw: not clipped to the label scale), through the one predict loop."""
         return predict_texts(self.module, fields, persona, self.accelerator, progress)

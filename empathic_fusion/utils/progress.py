@@ -38,34 +38,14 @@ class EpochLines(L.Callback):
               flush=True)
 
 
-class ScoringProgress(L.Callback):
-    """The bar of `trainer.predict` (empathic-predict) counted in what it scores, e.g. windows or rows per
-    second. Lightning's own bar counts batches, and for the one or two batches of a small input it shows
-    `0.00it/s`."""
+def scoring_bar(batches: Any, unit: str) -> Any:
+    """A tqdm bar for scoring (empathic-predict) counted in what it scores, e.g. windows or rows per second,
+    over the items of the batches' dataset: a bar counting batches shows `0.00it/s` for the one or two
+    batches of a small input."""
+    from tqdm import tqdm
 
-    def __init__(self, unit: str):
-        self.unit = unit
-        self.bar: Any = None
-
-    def on_predict_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=_items(trainer.predict_dataloaders), unit=f" {self.unit}s", desc="scoring",
-                        dynamic_ncols=True)
-
-    def on_predict_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                             batch_idx: int, dataloader_idx: int = 0) -> None:
-        shape = getattr(outputs, "shape", None)
-        self.bar.update(int(shape[0]) if shape else 1)
-
-    def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.bar.close()
-
-
-def _items(loaders: Any) -> int | None:
-    """How many items the loaders' datasets hold, or None when one of them does not say."""
-    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
     try:
-        return sum(len(loader.dataset) for loader in loaders)
+        total = len(batches.dataset)
     except (AttributeError, TypeError):
-        return None
+        total = None
+    return tqdm(total=total, unit=f" {unit}s", desc="scoring", dynamic_ncols=True)
