@@ -16,13 +16,27 @@ from empathic_fusion.utils.run_output import (THIRD_PARTY_LOGGERS, VERBOSE_ENV, 
 from empathic_fusion.utils.threads import available_cores, busy_cores, configure_threads
 
 
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    import numpy  # noqa: F401  (its BLAS is loaded: there is a pool to count)
+
+    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+
 @pytest.fixture(autouse=True)
 def _restore_threads_and_log_levels(monkeypatch):
-    before = torch.get_num_threads()
+    """torch's and BLAS's threads, their environment and the log levels as they were before the test."""
+    from threadpoolctl import threadpool_limits
+
+    before, blas = torch.get_num_threads(), max(_blas_threads())
     levels = {name: logging.getLogger(name).level for name in THIRD_PARTY_LOGGERS}
     monkeypatch.setenv(VERBOSE_ENV, os.environ.get(VERBOSE_ENV, "0"))  # restored after the test
+    for name in ("OPENBLAS_NUM_THREADS", threads_module.BLAS_SET_BY):  # configure_threads sets them; restored after
+        monkeypatch.delenv(name, raising=False)
     yield
     torch.set_num_threads(before)
+    threadpool_limits(limits=blas, user_api="blas")
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
 
@@ -45,6 +59,16 @@ def test_threads_setting_wins_then_omp_num_threads_then_free_cores(monkeypatch):
     for bad in (0, -2, True, "4"):
         with pytest.raises(ValueError, match="must be a positive integer"):
             configure_threads(bad)
+
+
+def test_numpys_blas_gets_the_same_threads_unless_openblas_num_threads_is_set(monkeypatch):
+    """On a busy machine a BLAS with a thread per core waits on itself (an eigendecomposition 70 times slower):
+    it follows torch's count, in the libraries loaded now and, through OPENBLAS_NUM_THREADS, those loaded later."""
+    assert configure_threads(2) == 2 and _blas_threads() == {2} and os.environ["OPENBLAS_NUM_THREADS"] == "2"
+    assert configure_threads(1) == 1 and _blas_threads() == {1} and os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")  # the user's own setting
+    assert configure_threads(1) == 1 and torch.get_num_threads() == 1
+    assert _blas_threads() == {1} and os.environ["OPENBLAS_NUM_THREADS"] == "2"  # left as they were
 
 
 def test_a_sweep_measures_the_free_cores_at_its_first_job_only(monkeypatch):

@@ -8,6 +8,10 @@ slower than on one thread. The default here counts the cores this process may ru
 from /proc/stat over a fraction of a second. Inside a SLURM job the allocation decides instead: its
 `SLURM_CPUS_PER_TASK` (within the process's affinity), since jobs started on one node at the same moment would
 each see all of its cores idle. An explicit `threads=N` setting or OMP_NUM_THREADS wins.
+
+numpy's and scipy's BLAS (OpenBLAS: the text experts' eigendecompositions, scikit-learn's solvers) get the same
+count, unless OPENBLAS_NUM_THREADS is set: left at one thread per core, a text fold's eigendecomposition on a
+machine with one of its two cores busy took 35 s instead of 0.5 s, its threads waiting for each other.
 """
 from __future__ import annotations
 
@@ -80,6 +84,9 @@ def available_cores(seconds: float = 0.25) -> int:
     return max(1, limit)
 
 
+# set to the count this module wrote into OPENBLAS_NUM_THREADS, so that a later call (the next job of a sweep in
+# the same process) tells its own value from a user's
+BLAS_SET_BY = "EMPATHIC_FUSION_BLAS_THREADS"
 _measured: dict[str, int] = {}  # available_cores() per sweep, measured at the sweep's first job in this process
 
 
@@ -114,5 +121,19 @@ def configure_threads(threads: int | None = None, sweep: str | None = None) -> i
             _measured.clear()
             _measured[sweep] = count
     torch.set_num_threads(count)
-    log.info("torch uses %d CPU thread(s) (%s)", count, source)
+    blas = limit_blas_threads(count)
+    log.info("torch uses %d CPU thread(s) (%s)%s", count, source, "" if blas else "; BLAS as OPENBLAS_NUM_THREADS says")
     return count
+
+
+def limit_blas_threads(count: int) -> bool:
+    """Give the BLAS libraries loaded now (threadpoolctl) and those loaded later (OPENBLAS_NUM_THREADS, read when
+    a library loads) `count` threads; False, changing nothing, where OPENBLAS_NUM_THREADS is set already."""
+    from threadpoolctl import threadpool_limits
+
+    value = os.environ.get("OPENBLAS_NUM_THREADS", "")
+    if value and os.environ.get(BLAS_SET_BY) != value:
+        return False  # the user's (a value this module wrote, here or in a parent process, is its marker's)
+    threadpool_limits(limits=count, user_api="blas")
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ[BLAS_SET_BY] = str(count)
+    return True
