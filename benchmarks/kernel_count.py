@@ -9,13 +9,13 @@ nothing on a GPU: views (which relabel memory), allocations (`empty`), reads of 
 no tensor. One `_foreach_*` op counts once (one multi-tensor launch).
 
 Each op is put in a part of the step: the forward's ops by the code that called them (the masked
-norms, the head, the rest of the net; for a model of another project, by its modules: BatchNorm is a
+norms, the other costs of the masks, the head, the rest of the net; for a model of another project, by its modules: BatchNorm is a
 norm, the output layer the head), the backward's by the forward part whose autograd node runs them,
 the loss, and the optimizer. `step_kernels` runs one training step the way it runs on a GPU (AdamW
 fused, `zero_grad(set_to_none=True)`) and returns the counts:
 
     counts = step_kernels(module, batch, lambda out, b: F.mse_loss(out, b["target"]))
-    counts.total, counts.table()   # e.g. {"net": (40, 21), "norms": (9, 8), ...}: forward, backward
+    counts.total, counts.table()   # e.g. {"net": (40, 21), "masks": (6, 3), "norms": (9, 8), ...}: forward, backward
 
     python benchmarks/kernel_count.py            # every fusion model's counts, per part
     python benchmarks/kernel_count.py --record   # and write them as the budgets the test holds
@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-PARTS = ("net", "norms", "head", "loss", "optimizer")
+PARTS = ("net", "masks", "norms", "head", "loss", "optimizer")
 ALLOCATIONS = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                "aten::new_empty_strided", "aten::empty.memory_format"}
 HOST_READS = {"aten::_local_scalar_dense", "aten::item"}
@@ -50,8 +50,12 @@ HOST_READS = {"aten::_local_scalar_dense", "aten::item"}
 WRAPPED_NUMBERS = {"aten::scalar_tensor"}
 # views whose schema does not say so (autograd treats the result as new), and no-ops
 UNMARKED_VIEWS = {"aten::_unsafe_view", "aten::lift_fresh"}
-# the code that makes each forward part of our models, by (file, function); the rest of a net is "net"
-OUR_PARTS = {("norm.py", None): "norms", ("heads.py", None): "head"}
+# the code that makes each forward part of our models, by (file, function); the rest of a net is "net". "masks" is
+# what the masks cost outside the norms: pooling over the valid frames (the means themselves included), zeroing
+# masked frames and reading an LSTM's state at each window's last valid frame (MMSA's nets have no masks)
+OUR_PARTS = {("norm.py", None): "norms", ("heads.py", None): "head", ("pooling.py", None): "masks",
+             ("encoders.py", "masked"): "masks", ("encoders.py", "masked_time_major"): "masks",
+             ("encoders.py", "last_valid_state"): "masks", ("encoders.py", "longest_lengths"): "masks"}
 
 
 def launches_a_kernel(func: Any) -> bool:

@@ -13,7 +13,7 @@ float32 matmuls in full precision; 32-tf32: TF32 matmuls, torch.set_float32_matm
 bf16-mixed: bf16 autocast; bf16-true: weights and inputs in bf16) and, for ours, each `--modes`: eager,
 compiled (`model.compile=true`) and graphed (`model.step_graph=true`, the whole step one CUDA graph).
 Each side's kernels per eager step (benchmarks/kernel_count.py) are given beside its time, per part (net,
-norms, head, loss, optimizer: forward+backward), so where a side spends its launches shows. Our models run
+masks, norms, head, loss, optimizer: forward+backward), so where a side spends its launches shows. Our models run
 through FusionModule with the similarity head (story 384); MMSA's through their own output layer. MMSA's TFN takes audio and
 video already time-averaged: the plain mean over time is part of its step, as the masked mean is
 part of ours. Steps of the models being compared are interleaved in one process (ours, theirs,
@@ -301,9 +301,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             rows.append(row)
     torch.set_float32_matmul_precision("highest")
     lines += ["", "speed: MMSA's ms per step over ours (above 1: ours is faster). MMSA's norms are BatchNorm1d over "
-              "frame positions (all frames, masks ignored) and its head one linear layer; ours are masked per-feature "
-              "norms and the paper's similarity head, so those parts cost more kernels by design: the per-part "
-              "columns show where each side's kernels go."]
+              "frame positions (all frames, masks ignored), its nets read no mask and its head is one linear layer; "
+              "ours are masked per-feature norms, masks (pooling over the valid frames, masked frames zeroed, each "
+              "window's last valid LSTM state) and the paper's similarity head, so those parts cost more kernels by "
+              "design: the per-part columns show where each side's kernels go."]
     write_results(args, "Fusion models against MMSA's at equal dims", "\n".join(lines))
     return rows
 

@@ -2,6 +2,7 @@
 counted on the CPU as they would launch on a GPU (benchmarks/kernel_count.py), and the counter counts what it says."""
 from __future__ import annotations
 
+import collections
 import json
 import sys
 
@@ -62,3 +63,23 @@ def test_views_allocations_and_host_reads_are_not_kernels():
         return model(h.view(4, 4)).squeeze(-1)
     count = step_kernels(model, batch, lambda out, b: F.mse_loss(out, b["target"]), forward=forward)
     assert sorted(op for (part, op) in count.by_op if part == "net") == ["aten::addmm", "aten::clone", "aten::sum"]
+
+
+def test_the_masks_part_holds_the_mask_handling_and_the_lstm_stays_in_the_net():
+    """An LSTM encoder's step: zeroing the masked frames and reading each window's last valid state are the
+    masks part (the gather and its backward), the LSTM itself is the net."""
+    from empathic_fusion.models.components.encoders import MaskedLSTMEncoder
+
+    torch.manual_seed(0)
+    encoder = MaskedLSTMEncoder(3, 4)
+    mask = torch.arange(5).expand(2, 5) < torch.tensor([[3], [5]])
+    batch = {"x": torch.randn(2, 5, 3), "mask": mask, "lengths": mask.sum(1), "target": torch.randn(2, 4)}
+    count = step_kernels(encoder, batch, lambda out, b: F.mse_loss(out, b["target"]),
+                         forward=lambda b: encoder(b["x"], b["mask"], b["lengths"]))
+    ops = collections.defaultdict(set)
+    for part, op in count.by_op:
+        ops[part].add(op)
+    assert {"aten::where", "aten::gather"} <= ops["masks"] and "aten::scatter_add" in ops["masks backward"]
+    assert any("rnn" in op or "lstm" in op for op in ops["net"])  # mkldnn_rnn_layer on a CPU, cudnn_rnn on a GPU
+    assert not any("rnn" in op or "lstm" in op for op in ops["masks"])
+    assert count.table()["masks"] == (count.by_part["masks"], count.by_part["masks backward"])

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from empathic_fusion.core.registry import register_model
-from empathic_fusion.models.components.encoders import MaskedLSTMEncoder
+from empathic_fusion.models.components.encoders import MaskedLSTMEncoder, longest_lengths
 from empathic_fusion.models.components.norm import MaskedBatchNorm, masked_norms_concatenated
 
 
@@ -38,6 +38,6 @@ class EFLSTM(nn.Module):
         frames = masked_norms_concatenated([self.encoders[m] for m in self.modalities],
                                            [batch[m]["x"] for m in self.modalities],
                                            [batch[m]["mask"] for m in self.modalities])
-        lengths = torch.stack([batch[m]["lengths"] for m in self.modalities]).amax(dim=0)
+        lengths = longest_lengths([batch[m]["lengths"] for m in self.modalities])
         hidden = self.lstm(frames, None, lengths)
         return self.dropout(torch.relu(self.linear(self.dropout(hidden))))

@@ -61,8 +61,19 @@ class MaskedLSTMEncoder(nn.Module):
         else:
             state = self._zero_state(len(x), frames_in)
             output, _ = self.lstm(frames_in, (state, state))
-        last = (lengths.to(output.device).clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, output.shape[-1])
-        return output.gather(1, last).squeeze(1)
+        return last_valid_state(output, lengths)
+
+
+def last_valid_state(output: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The LSTM's output (B, T, H) at each window's last valid frame (`lengths` - 1; a window of length 0
+    reads its first frame), one gather."""
+    last = (lengths.to(output.device).clamp(min=1) - 1).view(-1, 1, 1).expand(-1, 1, output.shape[-1])
+    return output.gather(1, last).squeeze(1)
+
+
+def longest_lengths(lengths: list[torch.Tensor]) -> torch.Tensor:
+    """Per window, the longest of several modalities' valid lengths: the frames an early-fused sequence has."""
+    return torch.stack(lengths).amax(dim=0)
 
 
 def mlp(in_dim: int, hidden: int, out_dim: int, dropout: float) -> nn.Sequential:
