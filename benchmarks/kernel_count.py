@@ -9,8 +9,8 @@ nothing on a GPU: views (which relabel memory), allocations (`empty`), reads of 
 no tensor. One `_foreach_*` op counts once (one multi-tensor launch).
 
 Each op is put in a part of the step: the forward's ops by the code that called them (the masked
-norms, the other costs of the masks, the head, the rest of the net; for a model of another project, by its modules: BatchNorm is a
-norm, the output layer the head), the backward's by the forward part whose autograd node runs them,
+norms, the other costs of the masks, the head, the rest of the net; for a model of another project,
+by its modules: BatchNorm is a norm, the output layer the head), the backward's by the forward part whose autograd node runs them,
 the loss, and the optimizer. `step_kernels` runs one training step the way it runs on a GPU (AdamW
 fused, `zero_grad(set_to_none=True)`) and returns the counts:
 

@@ -10,7 +10,8 @@ in few kernels whatever the number of modalities: the modalities' frames are con
 statistic is one reduction over all their columns, and the normalisation and affine are one expression.
 The statistics take no part in the backward unless the inputs need a gradient: the inputs of a fusion
 model are data, so the weights' and biases' gradients (sums of the output gradient) are all the backward
-computes, by a hand-written backward (`_DataAffine`) equal to autograd's bit for bit in fewer kernels. Nothing reads a value on the host (no `nonzero`, no count of valid frames): the rule that batch
+computes, by a hand-written backward (`_DataAffine`) equal to autograd's bit for bit in fewer kernels.
+Nothing reads a value on the host (no `nonzero`, no count of valid frames): the rule that batch
 statistics need two valid frames (with fewer, or in evaluation, the running ones are used) is a
 device-side blend, so a step stays free of host syncs and traces as one graph.
 """
@@ -37,16 +38,19 @@ class MaskedBatchNorm(nn.Module):
         return masked_norms_concatenated([self], [x], [mask])
 
 
-_ONE_HOT: dict[tuple[tuple[int, ...], str, torch.dtype], torch.Tensor] = {}
+_COLUMN_LAYOUTS: dict[tuple[tuple[int, ...], str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _one_hot(widths: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(norms, sum of widths): 1 where a column of the concatenated features belongs to the norm (made once per
-    widths, device and dtype, so a captured step never copies it from the host)."""
+def _column_layout(widths: tuple[int, ...], device: torch.device, dtype: torch.dtype
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which norm each column of the concatenated features belongs to, as (norms, sum of widths) one-hot rows in
+    `dtype` and as (1, sum of widths) indices, made once per widths, device and dtype, so a captured step never
+    copies them from the host."""
     key = (widths, str(device), dtype)
-    if key not in _ONE_HOT:
-        _ONE_HOT[key] = torch.block_diag(*[torch.ones(1, w, dtype=dtype) for w in widths]).to(device)
-    return _ONE_HOT[key]
+    if key not in _COLUMN_LAYOUTS:
+        one_hot = torch.block_diag(*[torch.ones(1, w, dtype=dtype) for w in widths])
+        _COLUMN_LAYOUTS[key] = one_hot.to(device), one_hot.argmax(dim=0, keepdim=True).to(device)
+    return _COLUMN_LAYOUTS[key]
 
 
 def _deviations(frames: torch.Tensor, rows: torch.Tensor, one_hot: torch.Tensor, centre: torch.Tensor) -> torch.Tensor:
@@ -97,7 +101,7 @@ def masked_norms_concatenated(norms: list[MaskedBatchNorm], xs: list[torch.Tenso
         x = torch.cat([torch.where(mask.t().unsqueeze(-1), x.transpose(0, 1).to(compute), 0.0)
                        for x, mask in zip(xs, masks)], dim=-1).view(frames * batch, -1)
         rows = torch.stack([mask.t() for mask in masks], dim=-1).view(frames * batch, -1).to(compute)
-        one_hot = _one_hot(widths, x.device, compute)
+        one_hot, norm_of_column = _column_layout(widths, x.device, compute)
         affine = torch.cat([n.weight for n in norms] + [n.bias for n in norms]).to(compute).view(2, -1)
         running = torch.cat([n.running_mean for n in norms] + [n.running_var for n in norms]).to(compute).view(2, -1)
         data_only = not any(t.requires_grad for t in xs)
@@ -116,7 +120,7 @@ def masked_norms_concatenated(norms: list[MaskedBatchNorm], xs: list[torch.Tenso
         # is the mean used but in columns with fewer than two valid frames, where it is the running one)
         offset = centre - mean if first.training else None
         if data_only and torch.is_grad_enabled() and affine.requires_grad:
-            out = _DataAffine.apply(deviations, rows, one_hot, _norm_of_column(widths, x.device), affine, rstd, offset)
+            out = _DataAffine.apply(deviations, rows, one_hot, norm_of_column, affine, rstd, offset)
         else:
             out = _affine(deviations, rows, one_hot, affine, rstd, offset)
     return out.to(dtype).view(frames, batch, -1).transpose(0, 1)
@@ -129,18 +133,6 @@ def _affine(deviations: torch.Tensor, rows: torch.Tensor, one_hot: torch.Tensor,
     scale = affine[0] * rstd
     shift = affine[1] if offset is None else torch.addcmul(affine[1], offset, scale)
     return (deviations * scale).addmm_(rows, one_hot * shift)
-
-
-_NORM_OF_COLUMN: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
-
-
-def _norm_of_column(widths: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """(1, sum of widths): the norm each column of the concatenated features belongs to (made once per widths and
-    device, so a captured step never copies it from the host)."""
-    key = (widths, str(device))
-    if key not in _NORM_OF_COLUMN:
-        _NORM_OF_COLUMN[key] = torch.repeat_interleave(torch.arange(len(widths)), torch.tensor(widths)).view(1, -1).to(device)
-    return _NORM_OF_COLUMN[key]
 
 
 class _DataAffine(torch.autograd.Function):
