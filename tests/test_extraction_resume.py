@@ -22,7 +22,7 @@ from tests.conftest import FEATURES_CFG
 
 pytestmark = pytest.mark.slow
 
-SMALL = DemoConfig(n_participants=4, sessions_per_participant=1, warm_up_s=1.0, story_share_s=6.0,
+SMALL = DemoConfig(n_participants=3, sessions_per_participant=1, warm_up_s=1.0, story_share_s=6.0,
                    story_receive_s=1.0, reflection_s=4.0, cool_down_s=1.0, seed=5)
 # every branch kind: the CNN embeds every 15th frame (one a second) to stay fast on a CPU
 CFG = {**FEATURES_CFG, "modalities": {"video": ["face", "cnn"], "audio": ["audio"], "text": ["text", "glove"]},

@@ -180,6 +180,42 @@ def test_data_warnings_are_logged_once_per_run_and_counted(caplog):
     assert data_warning_summary() is None
 
 
+def test_setting_the_verbosity_imports_no_library(tmp_path):
+    """extract.py, and the dataset errors it stops at, never import Lightning (seconds at every start)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom empathic_fusion.utils.run_output import set_verbosity\nset_verbosity(False)\n"
+            "print(sorted(set(sys.modules) & {'lightning', 'torch', 'transformers'}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+def test_the_verbosity_holds_for_a_library_that_sets_its_levels_when_imported_later(tmp_path, monkeypatch):
+    """Lightning and transformers set their loggers' levels at import: the levels are set again right after, with
+    the verbosity last chosen (here a stand-in library, imported for the first time after set_verbosity)."""
+    import sys
+
+    from empathic_fusion.utils import run_output
+
+    (tmp_path / "lightning_stand_in").mkdir()
+    (tmp_path / "lightning_stand_in" / "__init__.py").write_text(
+        "import logging\nlogging.getLogger('lightning.pytorch').setLevel(logging.INFO)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(run_output._LevelsAfterImport, "LEVELS_SET_AT_IMPORT", ("lightning_stand_in",))
+    monkeypatch.setattr(run_output._LevelsAfterImport, "_pending", None)
+    monkeypatch.delitem(sys.modules, "lightning_stand_in", raising=False)
+    set_verbosity(True)
+    set_verbosity(False)  # the last choice counts
+    assert isinstance(sys.meta_path[0], run_output._LevelsAfterImport)
+    import lightning_stand_in  # noqa: F401
+
+    assert logging.getLogger("lightning.pytorch").level == logging.WARNING
+    assert not any(isinstance(f, run_output._LevelsAfterImport) for f in sys.meta_path)  # gone once used
+    set_verbosity(True)
+    assert logging.getLogger("lightning.pytorch").level == logging.INFO
+
+
 def test_libraries_deprecation_warnings_are_silenced_unless_verbose():
     import warnings
 

@@ -11,6 +11,8 @@ test_predicted_vs_true.png first) and the command to run next, so nobody has to 
 """
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import re
@@ -20,6 +22,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("empathic_fusion.data")
 VERBOSE_ENV = "EMPATHIC_FUSION_VERBOSE"  # read by worker processes, which do not see the run's config
@@ -57,9 +60,12 @@ def verbose() -> bool:
 
 
 def set_verbosity(show_third_party: bool) -> None:
-    """Silence (or restore) third-party logging for this process and the worker processes it starts."""
-    import lightning  # noqa: F401  (configures its loggers on import; set the level after that)
+    """Silence (or restore) third-party logging for this process and the worker processes it starts.
 
+    Lightning and transformers set their loggers' levels when they are imported, so the levels are set
+    again right after that import (`_LevelsAfterImport`) rather than by importing them here: a command that
+    never trains (extract.py, and the dataset errors it stops at) does not pay the seconds Lightning takes to
+    import."""
     os.environ[VERBOSE_ENV] = "1" if show_third_party else "0"
     if not show_third_party:
         for category in (DeprecationWarning, FutureWarning):  # about the libraries' own code, not the user's
@@ -69,6 +75,13 @@ def set_verbosity(show_third_party: bool) -> None:
         warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
         # the encoder's "Loading weights" bars (read at import; set for workers too)
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    _set_levels(show_third_party)
+    _LevelsAfterImport.watch(show_third_party)
+
+
+def _set_levels(show_third_party: bool) -> None:
+    """The third-party loggers' levels, and the progress bars of the Hugging Face libraries already imported."""
+    if not show_third_party:
         if "huggingface_hub" in sys.modules:
             sys.modules["huggingface_hub"].utils.disable_progress_bars()
         if "transformers" in sys.modules:
@@ -77,6 +90,44 @@ def set_verbosity(show_third_party: bool) -> None:
         logging.getLogger(name).setLevel(logging.NOTSET if show_third_party else logging.WARNING)
     if show_third_party:
         logging.getLogger("lightning.pytorch").setLevel(logging.INFO)
+
+
+class _LevelsAfterImport(importlib.abc.MetaPathFinder):
+    """Sets the levels again as soon as a library that sets its own at import (`LEVELS_SET_AT_IMPORT`) has been
+    imported: first in sys.meta_path, it wraps that library's loader and steps aside for everything else."""
+
+    LEVELS_SET_AT_IMPORT = ("lightning", "transformers")
+    _pending: _LevelsAfterImport | None = None
+
+    def __init__(self, show_third_party: bool):
+        self.show_third_party = show_third_party
+
+    @classmethod
+    def watch(cls, show_third_party: bool) -> None:
+        if cls._pending is not None:
+            cls._pending.show_third_party = show_third_party
+        elif not all(name in sys.modules for name in cls.LEVELS_SET_AT_IMPORT):
+            cls._pending = cls(show_third_party)
+            sys.meta_path.insert(0, cls._pending)
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name not in self.LEVELS_SET_AT_IMPORT:
+            return None
+        if all(other in sys.modules for other in self.LEVELS_SET_AT_IMPORT if other != name):
+            sys.meta_path.remove(self)  # the last one: nothing left to watch
+            type(self)._pending = None
+        spec = next((s for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec")
+                     for s in [finder.find_spec(name, path, target)] if s is not None), None)
+        if spec is None or spec.loader is None:
+            return spec
+        load, watcher = spec.loader.exec_module, self
+
+        def exec_module(module: Any) -> None:
+            load(module)
+            _set_levels(watcher.show_third_party)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 @contextmanager
