@@ -21,9 +21,6 @@ from empathic_fusion.evaluation import text_baselines as baselines
 from empathic_fusion.models.text.experts import (GRID_END_NOTES, RIDGE_ALPHAS, EmbeddingRidgeExpert, TfidfRidgeExpert,
                                           _dense_held_out, stack_weights)
 
-# one worker under `make test` (pytest -n 2 --dist loadgroup), so the module's `fine_tuned` expert is fitted once
-pytestmark = pytest.mark.xdist_group("text_experts")
-
 WORDS = ["kind", "sorry", "late", "bus", "rain", "hug", "warm", "cold", "loud", "calm", "glad", "sad"]
 
 

@@ -18,8 +18,7 @@ from empathic_fusion.scoring.text import TextScorer
 from empathic_fusion.demo.generated_table import make_text_table
 from empathic_fusion.utils import PROJECT_ROOT
 
-# one worker under `make test` (pytest -n 2 --dist loadgroup), so the module's trained `run` is built once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("text_pipeline")]
+pytestmark = pytest.mark.slow
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 
