@@ -194,6 +194,7 @@ def test_setting_the_verbosity_imports_no_library(tmp_path):
 def test_the_verbosity_holds_for_a_library_that_sets_its_levels_when_imported_later(tmp_path, monkeypatch):
     """Lightning and transformers set their loggers' levels at import: the levels are set again right after, with
     the verbosity last chosen (here a stand-in library, imported for the first time after set_verbosity)."""
+    import importlib.util
     import sys
 
     from empathic_fusion.utils import run_output
@@ -208,6 +209,7 @@ def test_the_verbosity_holds_for_a_library_that_sets_its_levels_when_imported_la
     set_verbosity(True)
     set_verbosity(False)  # the last choice counts
     assert isinstance(sys.meta_path[0], run_output._LevelsAfterImport)
+    assert importlib.util.find_spec("lightning_stand_in") is not None  # an is-it-installed check imports nothing
     import lightning_stand_in  # noqa: F401
 
     assert logging.getLogger("lightning.pytorch").level == logging.WARNING

@@ -94,7 +94,8 @@ def _set_levels(show_third_party: bool) -> None:
 
 class _LevelsAfterImport(importlib.abc.MetaPathFinder):
     """Sets the levels again as soon as a library that sets its own at import (`LEVELS_SET_AT_IMPORT`) has been
-    imported: first in sys.meta_path, it wraps that library's loader and steps aside for everything else."""
+    imported: first in sys.meta_path, it wraps that library's loader (steps aside for everything else) and leaves
+    sys.meta_path once all of them are imported. A spec only looked up (an is-it-installed check) changes nothing."""
 
     LEVELS_SET_AT_IMPORT = ("lightning", "transformers")
     _pending: _LevelsAfterImport | None = None
@@ -113,21 +114,24 @@ class _LevelsAfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name not in self.LEVELS_SET_AT_IMPORT:
             return None
-        if all(other in sys.modules for other in self.LEVELS_SET_AT_IMPORT if other != name):
-            sys.meta_path.remove(self)  # the last one: nothing left to watch
-            type(self)._pending = None
         spec = next((s for finder in sys.meta_path if finder is not self and hasattr(finder, "find_spec")
                      for s in [finder.find_spec(name, path, target)] if s is not None), None)
         if spec is None or spec.loader is None:
             return spec
-        load, watcher = spec.loader.exec_module, self
+        load = spec.loader.exec_module
 
         def exec_module(module: Any) -> None:
             load(module)
-            _set_levels(watcher.show_third_party)
+            self.imported()
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+    def imported(self) -> None:
+        _set_levels(self.show_third_party)
+        if all(name in sys.modules for name in self.LEVELS_SET_AT_IMPORT) and self in sys.meta_path:
+            sys.meta_path.remove(self)  # nothing left to watch
+            type(self)._pending = None
 
 
 @contextmanager
