@@ -1,9 +1,14 @@
 """Shared fixtures: one tiny demo dataset with real media and a filled feature store per test session."""
 from __future__ import annotations
 
+import fcntl
+import os
+import pickle
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -60,6 +65,29 @@ def tiny_store(tiny_dataset, tmp_path_factory) -> Path:
                               FEATURES_CFG, workers=2, progress=False)
     assert not report.failures, report.summary()
     return root
+
+
+T = TypeVar("T")
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
+    """`make(folder)` once per test session, however many pytest-xdist workers ask: the first one makes it in a
+    folder all of them share, the others wait for it and read its pickled result. For a module fixture whose
+    tests spread over both workers of `make test` (each worker would build it again); its tests must only read
+    what it made."""
+    shared = tmp_path_factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        shared = shared.parent  # the session's folder above each worker's own (removed when that worker ends)
+    folder, result = shared / name, shared / f"{name}.pickle"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.is_file():
+            return pickle.loads(result.read_bytes())
+        shutil.rmtree(folder, ignore_errors=True)  # what a worker whose `make` failed left
+        folder.mkdir(parents=True)
+        made = make(folder)
+        result.write_bytes(pickle.dumps(made))
+        return made
 
 
 SYNTHETIC_BRANCHES = {"face": 24, "audio": 8, "text": 384}  # the synthetic store's branches and their small dims

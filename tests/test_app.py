@@ -20,6 +20,7 @@ import torch
 
 from empathic_fusion.utils import PROJECT_ROOT
 from empathic_fusion.compose import compose_config
+from tests.conftest import made_once
 
 LABELS = ["cognitive", "emotional", "behavioral"]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -47,16 +48,20 @@ def _text_overrides(table: Path) -> list[str]:
             "model.baselines.enabled=false"]
 
 
-@pytest.fixture(scope="module")
-def text_run(tmp_path_factory) -> tuple[dict, Path]:
-    """A tiny text regressor with persona columns on the synthetic table (marked generated), by train.py's path."""
+def _text_run(root: Path) -> tuple[dict, Path]:
     from empathic_fusion.demo.generated_table import make_text_table
 
-    root = tmp_path_factory.mktemp("text_model")
     make_text_table(16, 2, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
     results = _train(_text_overrides(root / "table.csv") + ["data.generated=true", "data.name=synthetic_text",
                                                            "trainer.max_epochs=3"], root / "out")
     return results, root / "out"
+
+
+@pytest.fixture(scope="module")
+def text_run(tmp_path_factory) -> tuple[dict, Path]:
+    """A tiny text regressor with persona columns on the synthetic table (marked generated), by train.py's path;
+    trained once for both workers of `make test` (its tests read it)."""
+    return made_once(tmp_path_factory, "app_text_run", _text_run)
 
 
 @pytest.fixture(scope="module")

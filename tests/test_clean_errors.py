@@ -147,10 +147,12 @@ def test_hydra_full_error_shows_the_traceback(bad_dataset, tmp_path):
 @pytest.mark.slow
 def test_a_bug_keeps_its_traceback(tmp_path):
     """An exception that is not a UserError (here a KeyError raised inside the run) is reported by Hydra,
-    traceback and all."""
-    code = ("import sys\nimport empathic_fusion.pipeline as pipeline\n"
+    traceback and all. The run is a stand-in module that raises it, so the process does not import Lightning
+    and the models for a run that never starts."""
+    code = ("import sys, types\npipeline = types.ModuleType('empathic_fusion.pipeline')\n"
             "def bug(cfg):\n    raise KeyError('an internal bug')\n"
-            "pipeline.train = bug\nfrom empathic_fusion.cli import train\n"
+            "pipeline.train, pipeline.train_summary = bug, None\nsys.modules[pipeline.__name__] = pipeline\n"
+            "from empathic_fusion.cli import train\n"
             f"sys.argv = ['train.py', 'hydra.run.dir={tmp_path / 'run'}', 'logger=none']\ntrain()\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_environment(), capture_output=True,
                           text=True, timeout=300)

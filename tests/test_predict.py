@@ -16,15 +16,13 @@ import pandas as pd
 import pytest
 
 from empathic_fusion.utils import PROJECT_ROOT
+from tests.conftest import made_once
 
 FORMAT2 = Path(__file__).parent / "data" / "format2"
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict[str, str]:
-    """The package built as a wheel from a copy of the source and installed (not editable) into a folder of
-    its own; the environment that runs its console scripts from there."""
-    root = tmp_path_factory.mktemp("install")
+def _install(root: Path) -> Path:
+    """The package built as a wheel from a copy of the source and installed into root / "site"."""
     source = root / "source"
     shutil.copytree(PROJECT_ROOT / "empathic_fusion", source / "empathic_fusion",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -36,11 +34,20 @@ def installed(tmp_path_factory) -> dict[str, str]:
     wheel = next((root / "wheel").glob("empathic_fusion-*.whl"))
     subprocess.run([*pip, "install", "--no-deps", "--target", str(root / "site"), str(wheel)], check=True,
                    capture_output=True, cwd=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """The package built as a wheel from a copy of the source and installed (not editable) into a folder of
+    its own, once for both workers of `make test`; the environment that runs its console scripts from there."""
+    root = made_once(tmp_path_factory, "install", _install)
+    cwd = tmp_path_factory.mktemp("installed_cwd")  # this worker's own, away from the source checkout
     env = {**os.environ, "PYTHONPATH": str(root / "site"), "OMP_NUM_THREADS": "1"}
     where = subprocess.run([sys.executable, "-c", "import empathic_fusion; print(empathic_fusion.__file__)"],
-                           env=env, cwd=root, capture_output=True, text=True, check=True).stdout
+                           env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout
     assert where.startswith(str(root / "site")), where  # the installed copy, not the source checkout
-    return {"env": env, "script": str(root / "site" / "bin" / "empathic-predict"), "cwd": str(root)}
+    return {"env": env, "script": str(root / "site" / "bin" / "empathic-predict"), "cwd": str(cwd)}
 
 
 def _predict(installed: dict, *overrides: str) -> subprocess.CompletedProcess:

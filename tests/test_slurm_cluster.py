@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,9 +27,36 @@ pytestmark = pytest.mark.slurm
 SMALL_GRID = ["experiment=es_story_share", "modality=t,v+t", "model=lf_lstm,mean", "seed=1"]
 
 
+def _controller_address() -> tuple[str, int] | None:
+    """The controller's (host, port) that slurm.conf names, or None where there is no file to read (a
+    configless client asks DNS instead)."""
+    try:
+        text = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf")).read_text()
+    except OSError:
+        return None
+    host, port = None, 6817  # SlurmctldPort's default
+    for line in text.splitlines():
+        key, _, value = line.split("#", 1)[0].partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if key in ("slurmctldhost", "controlmachine") and value and host is None:
+            name, _, address = value.partition("(")  # "name" or "name(address)"
+            host = address.rstrip(")") or name
+        elif key == "slurmctldport" and re.match(r"\d+", value):
+            port = int(re.match(r"\d+", value).group())
+    return (host, port) if host else None
+
+
 def _cluster_up() -> bool:
+    """Whether a controller answers and a node is up. A client whose configured controller is not listening is
+    told so at once by the port; sinfo would retry for about 10 s first, in every test process that collects this file."""
     if shutil.which("sinfo") is None:
         return False
+    address = _controller_address()
+    if address is not None:
+        try:
+            socket.create_connection(address, timeout=5).close()
+        except OSError:
+            return False
     done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
     return done.returncode == 0 and any(s.strip("*") in ("idle", "mixed", "allocated") for s in done.stdout.split())
 

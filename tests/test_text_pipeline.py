@@ -17,6 +17,7 @@ from empathic_fusion.evaluation.text_perturb import PERTURBATIONS
 from empathic_fusion.scoring.text import TextScorer
 from empathic_fusion.demo.generated_table import make_text_table
 from empathic_fusion.utils import PROJECT_ROOT
+from tests.conftest import made_once
 
 pytestmark = pytest.mark.slow
 
@@ -38,17 +39,21 @@ def _overrides(root: Path, *extra: str) -> list[str]:
             "trainer.max_epochs=25", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "logger=csv", *extra]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """Fold 0 of a 3-fold run with persona columns through empathic_fusion.pipeline.train (the train.py path)."""
+def _text_run(root: Path) -> tuple[dict, Path, Path]:
     from empathic_fusion.pipeline import train
     from empathic_fusion.compose import compose_config
 
-    root = tmp_path_factory.mktemp("text_run")
     make_text_table(54, 4, seed=0, persona_effect=True).to_csv(root / "table.csv", index=False)
     cfg = compose_config(_overrides(root, "model.robustness.n_texts=12", "evaluation.groups=[gender,empathic_concern]"),
                          root / "out")
     return train(cfg), root / "out", root
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """Fold 0 of a 3-fold run with persona columns through empathic_fusion.pipeline.train (the train.py path),
+    trained once for both workers of `make test` (tests read it and write elsewhere)."""
+    return made_once(tmp_path_factory, "text_run", _text_run)
 
 
 def test_one_fold_beats_trivial_baselines_in_the_fusion_format(run):
