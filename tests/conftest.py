@@ -90,6 +90,18 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callabl
         return made
 
 
+def write_session_tables(source: Path, root: Path, sessions) -> None:
+    """sessions.csv, ratings.csv and participants.csv at root for `sessions` (rows of source's sessions.csv): a
+    dataset cut to those sessions, their ratings and their participants; root may be source (cut in place)."""
+    import pandas as pd
+
+    sessions.to_csv(root / "sessions.csv", index=False)
+    for name, key, kept in (("ratings", "session_id", sessions.session_id),
+                            ("participants", "participant_id", sessions.participant_id)):
+        table = pd.read_csv(source / f"{name}.csv", keep_default_na=False)
+        table[table[key].isin(kept)].to_csv(root / f"{name}.csv", index=False)
+
+
 SYNTHETIC_BRANCHES = {"face": 24, "audio": 8, "text": 384}  # the synthetic store's branches and their small dims
 
 

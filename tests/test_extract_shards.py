@@ -18,6 +18,7 @@ from hydra.utils import instantiate
 from empathic_fusion.features.command import merge_command, run_extraction
 from empathic_fusion.features.store import FeatureStore
 from empathic_fusion.utils import CONFIG_DIR, PROJECT_ROOT
+from tests.conftest import write_session_tables
 
 pytestmark = pytest.mark.xdist_group("tiny_dataset")
 
@@ -33,12 +34,7 @@ def few_sessions(tiny_dataset: Path, tmp_path: Path) -> Path:
     (root / "media").mkdir(parents=True)
     (root / "transcripts").mkdir()
     sessions = pd.read_csv(tiny_dataset / "sessions.csv").sort_values("session_id").head(SESSIONS)
-    sessions.to_csv(root / "sessions.csv", index=False)
-    ratings = pd.read_csv(tiny_dataset / "ratings.csv")
-    ratings[ratings.session_id.isin(sessions.session_id)].to_csv(root / "ratings.csv", index=False)
-    participants = pd.read_csv(tiny_dataset / "participants.csv")
-    participants[participants.participant_id.isin(sessions.participant_id)].to_csv(root / "participants.csv",
-                                                                                   index=False)
+    write_session_tables(tiny_dataset, root, sessions)
     for name in ("dataset.yaml", "stories.csv"):
         (root / name).write_bytes((tiny_dataset / name).read_bytes())
     for position, row in enumerate(sessions.itertuples()):

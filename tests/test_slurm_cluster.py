@@ -41,8 +41,8 @@ def _controller_address() -> tuple[str, int] | None:
         if key in ("slurmctldhost", "controlmachine") and value and host is None:
             name, _, address = value.partition("(")  # "name" or "name(address)"
             host = address.rstrip(")") or name
-        elif key == "slurmctldport" and re.match(r"\d+", value):
-            port = int(re.match(r"\d+", value).group())
+        elif key == "slurmctldport" and (digits := re.match(r"\d+", value)):  # "6817" or a range "6817-6818"
+            port = int(digits.group())
     return (host, port) if host else None
 
 

@@ -11,7 +11,7 @@ from empathic_fusion.demo.face import write_face_video
 from empathic_fusion.features.extract import extract_features
 from empathic_fusion.features.face_mesh import FACE_DIM
 from empathic_fusion.features.store import DATASET_KEY, FeatureStore
-from tests.conftest import FEATURES_CFG
+from tests.conftest import FEATURES_CFG, write_session_tables
 
 
 def _extract(dataset_root, store_root, modalities=("video", "audio", "text"), cfg=FEATURES_CFG):
@@ -45,21 +45,11 @@ def test_rerun_skips_everything_and_changes_nothing(tiny_dataset, store_copy):
     assert {p: p.stat().st_mtime_ns for p in store_copy.rglob("*.npy")} == before
 
 
-def _keep_first_sessions(root, n: int) -> list[str]:
-    """Cut the dataset at root to its first n sessions (their ratings and participants); returns their ids."""
-    sessions = pd.read_csv(root / "sessions.csv").head(n)
-    sessions.to_csv(root / "sessions.csv", index=False)
-    for name, key, kept in (("ratings", "session_id", sessions.session_id),
-                            ("participants", "participant_id", sessions.participant_id)):
-        table = pd.read_csv(root / f"{name}.csv", keep_default_na=False)
-        table[table[key].isin(kept)].to_csv(root / f"{name}.csv", index=False)
-    return list(sessions.session_id)
-
-
 def test_stale_branches_are_redone_and_only_those(dataset_copy, store_copy):
     """A changed transcript redoes that session's text branch alone; a changed audio setting redoes the audio
     branch of every session (the dataset cut to 4 sessions: re-extracting audio is the slow part)."""
-    kept = _keep_first_sessions(dataset_copy, 4)
+    kept = pd.read_csv(dataset_copy / "sessions.csv").head(4)
+    write_session_tables(dataset_copy, dataset_copy, kept)
     sid = _first_session(dataset_copy)
     path = dataset_copy / "transcripts" / f"{sid}.csv"
     transcript = pd.read_csv(path, keep_default_na=False)
@@ -69,7 +59,7 @@ def test_stale_branches_are_redone_and_only_those(dataset_copy, store_copy):
     assert report.extracted == [(sid, "text")]
     cfg = {**FEATURES_CFG, "audio": {"feature_set": "eGeMAPSv02"}}
     report = _extract(dataset_copy, store_copy, ("audio",), cfg)
-    assert sorted(report.extracted) == [(s, "audio") for s in sorted(kept)]
+    assert sorted(report.extracted) == [(s, "audio") for s in sorted(kept.session_id)]
     assert FeatureStore(store_copy).load(sid, "audio", "features").shape[1] == 25
 
 
